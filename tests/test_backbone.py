@@ -1,0 +1,256 @@
+"""The XCiT backbone: presets, pyramid shapes, training switches, arguments."""
+import copy
+import math
+
+import pytest
+import timm
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.models.xcit import PositionalEncodingFourier
+
+from xcit_dense import ARCH_SETTINGS, XCiT
+from xcit_dense.models.xcit import CachedFourierEncoding
+
+SIZES = [(224, 224), (256, 320), (333, 517)]
+
+
+def tiny(arch='nano_12_p16', **kwargs):
+    """A preset shrunk to 4 blocks (dims, heads, patch and eta kept)."""
+    kwargs.setdefault('depth', 4)
+    kwargs.setdefault('out_indices', (0, 1, 2, 3))
+    return XCiT(arch=arch, **kwargs)
+
+
+def test_fourteen_presets():
+    names = {f'{s}_p{p}' for s in ('nano_12', 'tiny_12', 'small_12',
+                                   'tiny_24', 'small_24', 'medium_24',
+                                   'large_24') for p in (16, 8)}
+    assert set(ARCH_SETTINGS) == names
+
+
+@pytest.mark.parametrize('arch', sorted(ARCH_SETTINGS))
+def test_preset_matches_timm(arch):
+    """Every preset has exactly timm's backbone weights (names and shapes),
+    and the default taps of the published detection configs."""
+    model = XCiT(arch=arch)
+    ref = timm.create_model(f'xcit_{arch}_224', pretrained=False)
+    classification = ('cls_token', 'cls_attn_blocks.', 'norm.', 'head.')
+    expected = {k: v.shape for k, v in ref.state_dict().items()
+                if not k.startswith(classification)}
+    ours = {k: v.shape for k, v in model.state_dict().items()
+            if not k.startswith('fpn')}
+    assert ours == expected
+    depth = ARCH_SETTINGS[arch]['depth']
+    assert model.out_indices == ((3, 5, 7, 11) if depth == 12 else
+                                 (7, 11, 15, 23))
+    eta = 1.0 if depth == 12 else 1e-5
+    assert torch.all(model.blocks[0].gamma1 == eta)
+
+
+@pytest.mark.parametrize('arch', sorted(ARCH_SETTINGS))
+@pytest.mark.parametrize('size', SIZES)
+def test_pyramid_shapes(arch, size):
+    model = tiny(arch).eval()
+    H, W = size
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, H, W))
+    assert isinstance(outs, tuple) and len(outs) == 4
+    dim = ARCH_SETTINGS[arch]['embed_dim']
+    for out, stride in zip(outs, (4, 8, 16, 32)):
+        assert out.shape == (1, dim, math.ceil(H / stride),
+                             math.ceil(W / stride))
+
+
+@pytest.mark.parametrize('patch', [16, 8])
+@pytest.mark.parametrize('size', [(17, 40), (65, 31), (100, 97)])
+def test_odd_sizes(patch, size):
+    model = tiny(f'nano_12_p{patch}').eval()
+    H, W = size
+    with torch.no_grad():
+        outs = model(torch.randn(2, 3, H, W))
+    assert [o.shape[-2:] for o in outs] == [
+        (math.ceil(H / s), math.ceil(W / s)) for s in (4, 8, 16, 32)]
+
+
+@pytest.mark.parametrize('patch,ops', [
+    (16, ['up4', 'up2', 'id', 'pool2']),
+    (8, ['up2', 'id', 'pool2', 'pool4']),
+])
+def test_published_resampling(patch, ops):
+    model = tiny(f'nano_12_p{patch}')
+    kinds = []
+    for r in model.resamplers:
+        if isinstance(r, nn.Identity):
+            kinds.append('id')
+        elif isinstance(r, nn.MaxPool2d):
+            kinds.append(f'pool{r.kernel_size}')
+        else:
+            convs = [m for m in r if isinstance(m, nn.ConvTranspose2d)]
+            assert all(c.kernel_size == (2, 2) and c.stride == (2, 2)
+                       for c in convs)
+            kinds.append(f'up{2 ** len(convs)}')
+            if len(convs) == 2:  # ConvT, norm, GELU, ConvT
+                assert isinstance(r[1], nn.BatchNorm2d)
+                assert isinstance(r[2], nn.GELU)
+    assert kinds == ops
+    # names of the published detection checkpoints
+    keys = [k for k in model.state_dict() if k.startswith('fpn')]
+    if patch == 16:
+        assert 'fpn1.0.weight' in keys and 'fpn1.3.weight' in keys
+        assert 'fpn1.1.running_mean' in keys and 'fpn2.0.weight' in keys
+    else:
+        assert 'fpn1.0.weight' in keys
+
+
+def test_levels_from_taps_exact():
+    model = tiny('nano_12_p16').eval()
+    x = torch.randn(1, 3, 128, 192)
+    with torch.no_grad():
+        taps = model.forward_taps(x)
+        outs = model(x)
+    assert torch.equal(outs[2], taps[2])
+    assert torch.equal(outs[3], F.max_pool2d(taps[3], 2, 2))
+
+
+def test_fourier_encoding_cached_and_exact():
+    ours = CachedFourierEncoding(dim=64)
+    ref = PositionalEncodingFourier(dim=64)
+    ref.load_state_dict(ours.state_dict())
+    for H, W in [(14, 14), (21, 33), (5, 50), (14, 14)]:
+        assert torch.equal(ours(2, H, W), ref(2, H, W))
+    assert len(ours._features) == 3
+    a = ours.fourier_features(7, 9, torch.device('cpu'))
+    assert ours.fourier_features(7, 9, torch.device('cpu')) is a
+    small = CachedFourierEncoding(dim=8, cache_size=2)
+    for n in range(1, 6):
+        small(1, n, n)
+    assert [k[:2] for k in small._features] == [(4, 4), (5, 5)]
+
+
+def test_fourier_encoding_gets_gradient():
+    enc = CachedFourierEncoding(dim=16)
+    enc(1, 4, 4).sum().backward()
+    enc(1, 4, 4).sum().backward()  # cached features, fresh projection
+    assert enc.token_projection.weight.grad is not None
+
+
+def _grads(model, x):
+    model.zero_grad()
+    sum(o.square().mean() for o in model(x)).backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()
+            if p.grad is not None}
+
+
+def test_with_cp_same_gradients():
+    torch.manual_seed(0)
+    model = tiny('nano_12_p16').train()
+    model_cp = copy.deepcopy(model)
+    model_cp.set_grad_checkpointing(True)
+    assert XCiT(arch='nano_12_p16', with_cp=True).grad_checkpointing
+    x = torch.randn(2, 3, 64, 96)
+    g, g_cp = _grads(model, x), _grads(model_cp, x)
+    assert g.keys() == g_cp.keys() and len(g) > 0
+    for name in g:
+        torch.testing.assert_close(g[name], g_cp[name], rtol=1e-5,
+                                   atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize('patch', [16, 8])
+def test_every_trainable_param_gets_gradient(patch):
+    model = XCiT(arch=f'nano_12_p{patch}', out_indices=(1, 2, 4, 6),
+                 drop_path_rate=0.1).train()
+    assert len(model.blocks) == 7  # blocks after the last tap are not built
+    grads = _grads(model, torch.randn(2, 3, 64, 64))
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and trainable == set(grads)
+
+
+def test_frozen_stages():
+    model = tiny('nano_12_p16', frozen_stages=2).train()
+    frozen = ['patch_embed', 'pos_embed', 'blocks.0.', 'blocks.1.']
+    for name, p in model.named_parameters():
+        assert p.requires_grad != name.startswith(tuple(frozen)), name
+    stem_bn = model.patch_embed.proj[0][1]
+    lpi_bn_frozen = model.blocks[1].local_mp.bn
+    lpi_bn_live = model.blocks[2].local_mp.bn
+    before = [m.running_mean.clone() for m in (stem_bn, lpi_bn_frozen,
+                                               lpi_bn_live)]
+    assert not stem_bn.training and not lpi_bn_frozen.training
+    assert lpi_bn_live.training
+    grads = _grads(model, torch.randn(2, 3, 64, 64))
+    assert not any(n.startswith(tuple(frozen)) for n in grads)
+    assert any(n.startswith('blocks.2.') for n in grads)
+    assert torch.equal(stem_bn.running_mean, before[0])
+    assert torch.equal(lpi_bn_frozen.running_mean, before[1])
+    assert not torch.equal(lpi_bn_live.running_mean, before[2])
+
+
+def test_norm_eval():
+    model = tiny('nano_12_p16', norm_eval=True).train()
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert bns and not any(m.training for m in bns)
+    assert model.blocks[0].training
+
+
+def test_norm_cfg_default_bn_and_syncbn_by_config():
+    assert not any(isinstance(m, nn.SyncBatchNorm)
+                   for m in XCiT(arch='nano_12_p16').modules())
+    model = tiny('nano_12_p16', norm_cfg=dict(type='SyncBN'))
+    sync = [n for n, m in model.named_modules()
+            if isinstance(m, nn.SyncBatchNorm)]
+    assert 'patch_embed.proj.0.1' in sync
+    assert 'blocks.0.local_mp.bn' in sync
+    assert 'fpn1.1' in sync
+    assert not any(type(m) is nn.BatchNorm2d for m in model.modules())
+
+
+def test_explicit_arguments_override_preset():
+    model = XCiT(arch='small_12_p16', embed_dim=96, num_heads=4, depth=6,
+                 eta=0.5, out_indices=(1, 2, 3, 5))
+    assert model.embed_dim == 96 and len(model.blocks) == 6
+    assert model.blocks[0].attn.num_heads == 4
+    assert torch.all(model.blocks[0].gamma1 == 0.5)
+    # other depths tap the same relative positions as depth 12
+    assert XCiT(arch=None, patch_size=8, embed_dim=32, depth=4,
+                num_heads=2).out_indices == (0, 1, 2, 3)
+    assert XCiT(arch='nano_12_p16', depth=6).out_indices == (1, 2, 3, 5)
+    with pytest.raises(ValueError, match='out_indices'):
+        XCiT(arch='nano_12_p16', depth=3)
+
+
+def test_no_weight_decay_names():
+    model = tiny('nano_12_p16')
+    names = model.no_weight_decay()
+    params = dict(model.named_parameters())
+    assert names <= set(params)
+    for expected in ['blocks.0.attn.temperature', 'blocks.3.gamma1',
+                     'blocks.3.gamma2', 'blocks.3.gamma3',
+                     'pos_embed.token_projection.weight',
+                     'pos_embed.token_projection.bias',
+                     'blocks.0.norm1.weight', 'blocks.0.norm3.bias',
+                     'blocks.0.local_mp.bn.weight',
+                     'patch_embed.proj.0.1.weight', 'fpn1.1.bias']:
+        assert expected in names, expected
+    for decayed in ['blocks.0.attn.qkv.weight', 'blocks.0.mlp.fc1.weight',
+                    'blocks.0.local_mp.conv1.weight', 'fpn1.0.weight',
+                    'patch_embed.proj.0.0.weight']:
+        assert decayed not in names, decayed
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(arch='huge_12_p16'), r"Unknown XCiT arch 'huge_12_p16'.*nano_12_p16"),
+    (dict(arch='small_12_p16', patch_size=4), r'patch_size must be one of'
+     r' \(8, 16\)'),
+    (dict(arch='small_12_p16', out_indices=(3, 5, 7, 12)),
+     r'out_indices must be 4 strictly increasing block indices in \[0, 11\]'),
+    (dict(arch='small_12_p16', out_indices=(3, 5, 7)), r'out_indices must'),
+    (dict(arch='small_12_p16', out_indices=(5, 3, 7, 11)), r'out_indices'),
+    (dict(arch='small_12_p16', out_indices=(-1, 3, 7, 11)), r'out_indices'),
+    (dict(arch='small_12_p16', frozen_stages=13), r'frozen_stages must be'),
+    (dict(arch='small_12_p16', num_heads=5), r'divisible by num_heads'),
+    (dict(arch=None, embed_dim=64), r'arch=None needs explicit'),
+])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        XCiT(**kwargs)

@@ -1,0 +1,271 @@
+"""Importing classification checkpoints: every supported format, numerical
+parity with timm, and clear failures on bad files."""
+import argparse
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from xcit_dense import CheckpointError, XCiT
+from xcit_dense.checkpoint import convert_state_dict, extract_state_dict
+
+REPO = Path(__file__).resolve().parents[1]
+OUT_INDICES = [3, 5, 7, 11]
+
+
+def _timm_model(arch):
+    """A timm XCiT with random weights and non-trivial BatchNorm statistics."""
+    torch.manual_seed(0)
+    model = timm.create_model(f'xcit_{arch}_224', pretrained=False)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.2, 0.2)
+    for name, p in model.named_parameters():
+        if name.endswith(('gamma1', 'gamma2', 'gamma3', 'temperature')):
+            p.data.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def _official(sd):
+    """The facebookresearch/xcit layout: under 'model', 'pos_embeder',
+    training arguments alongside."""
+    model = {k.replace('pos_embed.', 'pos_embeder.'): v for k, v in sd.items()}
+    return {'model': model, 'epoch': 399,
+            'args': argparse.Namespace(model='xcit', lr=5e-4)}
+
+
+def _dino(sd):
+    """A DINO training checkpoint: DDP student, plain teacher, both wrapping
+    the backbone with a projection head."""
+    backbone = {k.replace('pos_embed.', 'pos_embeder.'): v
+                for k, v in sd.items() if not k.startswith('head.')}
+    head = {'head.mlp.0.weight': torch.randn(8, 4),
+            'head.last_layer.weight_g': torch.randn(8, 1)}
+    teacher = {**{f'backbone.{k}': v for k, v in backbone.items()}, **head}
+    student = {f'module.{k}': torch.zeros_like(v) for k, v in teacher.items()}
+    return {'teacher': teacher, 'student': student, 'epoch': 300,
+            'args': argparse.Namespace(arch='xcit_small_12_p16')}
+
+
+FORMATS = {
+    'official.pth': lambda sd, path: torch.save(_official(sd), path),
+    'timm.pth': lambda sd, path: torch.save(sd, path),
+    'pytorch_model.bin': lambda sd, path: torch.save(sd, path),
+    'model.safetensors': lambda sd, path: save_file(
+        {k: v.contiguous() for k, v in sd.items()}, str(path)),
+    'dino.pth': lambda sd, path: torch.save(_dino(sd), path),
+}
+
+
+@pytest.fixture(scope='module')
+def timm_nano():
+    return _timm_model('nano_12_p16')
+
+
+def _load(path, arch='nano_12_p16', **kwargs):
+    model = XCiT(arch=arch, init_cfg=dict(type='Pretrained',
+                                          checkpoint=str(path)), **kwargs)
+    model.init_weights()
+    return model.eval()
+
+
+@pytest.mark.parametrize('fmt', sorted(FORMATS))
+def test_parity_with_timm(fmt, timm_nano, tmp_path):
+    path = tmp_path / fmt
+    FORMATS[fmt](timm_nano.state_dict(), path)
+    model = _load(path)
+    for size in [(224, 224), (100, 150)]:
+        x = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            ref = timm_nano.forward_intermediates(
+                x, indices=OUT_INDICES, intermediates_only=True)
+            taps = model.forward_taps(x)
+            outs = model(x)
+        for a, b in zip(taps, ref):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+        if size == (224, 224):
+            assert torch.equal(outs[2], taps[2])
+            assert torch.equal(outs[3], F.max_pool2d(taps[3], 2, 2))
+
+
+def test_parity_patch8(tmp_path):
+    ref_model = _timm_model('nano_12_p8')
+    path = tmp_path / 'official_p8.pth'
+    torch.save(_official(ref_model.state_dict()), path)
+    model = _load(path, arch='nano_12_p8')
+    x = torch.randn(1, 3, 128, 160)
+    with torch.no_grad():
+        ref = ref_model.forward_intermediates(
+            x, indices=OUT_INDICES, intermediates_only=True)
+        taps, outs = model.forward_taps(x), model(x)
+    for a, b in zip(taps, ref):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    assert torch.equal(outs[1], taps[1])
+    assert torch.equal(outs[2], F.max_pool2d(taps[2], 2, 2))
+    assert torch.equal(outs[3], F.max_pool2d(taps[3], 4, 4))
+
+
+def test_dino_student_key(timm_nano, tmp_path):
+    path = tmp_path / 'dino.pth'
+    FORMATS['dino.pth'](timm_nano.state_dict(), path)
+    model = XCiT(arch='nano_12_p16', init_cfg=dict(
+        type='Pretrained', checkpoint=str(path), checkpoint_key='student'))
+    model.init_weights()
+    assert torch.all(model.blocks[0].attn.qkv.weight == 0)
+
+
+def test_classification_weights_dropped_and_logged(timm_nano, tmp_path):
+    from xcit_dense.checkpoint import load_backbone_checkpoint
+    path = tmp_path / 'official.pth'
+    FORMATS['official.pth'](timm_nano.state_dict(), path)
+    model = XCiT(arch='nano_12_p16')
+    fpn_before = model.fpn1[0].weight.clone()
+    messages = []
+
+    class Log:
+        info = messages.append
+    report = load_backbone_checkpoint(model, str(path), logger=Log)
+    assert report['format'] == 'official'
+    dropped = set(report['dropped'])
+    assert {'cls_token', 'norm.weight', 'head.weight'} <= dropped
+    assert any(k.startswith('cls_attn_blocks.') for k in dropped)
+    assert 'fpn1.0.weight' in report['fresh']
+    assert torch.equal(model.fpn1[0].weight, fpn_before)
+    log = '\n'.join(messages)
+    assert 'cls_token' in log and 'cls_attn_blocks' in log
+    assert 'freshly initialised' in log
+
+
+def test_pruned_blocks_dropped(timm_nano, tmp_path):
+    path = tmp_path / 'timm.pth'
+    torch.save(timm_nano.state_dict(), path)
+    model = _load(path, out_indices=(1, 2, 3, 5))
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        ref = timm_nano.forward_intermediates(x, indices=[1, 2, 3, 5],
+                                              intermediates_only=True)
+        for a, b in zip(model.forward_taps(x), ref):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_own_checkpoint_roundtrip_with_pyramid(tmp_path):
+    model = XCiT(arch='nano_12_p16').eval()
+    path = tmp_path / 'detector.pth'
+    torch.save({'meta': {'epoch': 1}, 'state_dict': {
+        **{f'backbone.{k}': v for k, v in model.state_dict().items()},
+        'neck.lateral_convs.0.conv.weight': torch.randn(4, 4)}}, path)
+    loaded = _load(path)
+    for k, v in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[k], v), k
+
+
+def test_converter_tool(timm_nano, tmp_path):
+    src, dst = tmp_path / 'dino.pth', tmp_path / 'backbone.pth'
+    FORMATS['dino.pth'](timm_nano.state_dict(), src)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / 'tools' / 'convert_checkpoint.py'),
+         str(src), str(dst)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert 'nano_12_p16' in proc.stdout  # inferred preset
+    saved = torch.load(dst, weights_only=True)
+    assert set(saved) == {'state_dict', 'meta'}
+    assert not any(k.startswith(('head', 'cls', 'backbone.', 'pos_embeder'))
+                   for k in saved['state_dict'])
+    model = _load(dst)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        ref = timm_nano.forward_intermediates(x, indices=OUT_INDICES,
+                                              intermediates_only=True)
+        for a, b in zip(model.forward_taps(x), ref):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_convert_state_dict_is_pure():
+    sd = {'module.backbone.pos_embeder.token_projection.weight':
+          torch.zeros(1), 'module.head.w': torch.zeros(1)}
+    before = dict(sd)
+    out, dropped = convert_state_dict(sd)
+    assert sd == before
+    assert list(out) == ['pos_embed.token_projection.weight']
+    assert dropped == {'head.w': 'not part of the backbone'}
+
+
+# ------------------------------------------------------------ bad files
+def test_missing_weight_names_key(timm_nano, tmp_path):
+    sd = dict(timm_nano.state_dict())
+    del sd['blocks.4.attn.qkv.weight']
+    path = tmp_path / 'missing.pth'
+    torch.save(sd, path)
+    with pytest.raises(CheckpointError,
+                       match=r'missing backbone weights.*blocks\.4\.attn\.qkv'
+                       r'\.weight'):
+        _load(path)
+
+
+def test_shape_mismatch_names_key(timm_nano, tmp_path):
+    path = tmp_path / 'nano.pth'
+    torch.save(timm_nano.state_dict(), path)
+    with pytest.raises(CheckpointError, match=r'shape mismatches.*'
+                       r'patch_embed\.proj\.0\.0\.weight: checkpoint '
+                       r'\(16, 3, 3, 3\) vs model \(24, 3, 3, 3\)'):
+        _load(path, arch='tiny_12_p16')
+
+
+def test_deeper_checkpoint_is_unexpected(tmp_path):
+    sd = _timm_model('tiny_24_p16').state_dict()
+    path = tmp_path / 'deep.pth'
+    torch.save(sd, path)
+    with pytest.raises(CheckpointError, match=r'unexpected keys.*blocks\.12'):
+        _load(path, arch='tiny_12_p16')
+
+
+def test_partial_pyramid_is_an_error(tmp_path):
+    model = XCiT(arch='nano_12_p16')
+    sd = model.state_dict()
+    del sd['fpn2.0.weight']
+    path = tmp_path / 'partial.pth'
+    torch.save({'state_dict': sd}, path)
+    with pytest.raises(CheckpointError, match=r'missing.*fpn2\.0\.weight'):
+        _load(path)
+
+
+def test_truncated_file(timm_nano, tmp_path):
+    path = tmp_path / 'full.pth'
+    torch.save(timm_nano.state_dict(), path)
+    data = path.read_bytes()
+    cut = tmp_path / 'cut.pth'
+    cut.write_bytes(data[:len(data) // 2])
+    with pytest.raises(CheckpointError, match='truncated'):
+        _load(cut)
+    cut_st = tmp_path / 'cut.safetensors'
+    save_file({k: v.contiguous() for k, v in timm_nano.state_dict().items()},
+              str(tmp_path / 'full.safetensors'))
+    cut_st.write_bytes((tmp_path / 'full.safetensors').read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match='truncated'):
+        _load(cut_st)
+
+
+def test_arbitrary_pickle_refused(timm_nano, tmp_path):
+    path = tmp_path / 'pickled.pth'
+    torch.save({'model': dict(timm_nano.state_dict()),
+                'when': datetime.datetime(2021, 6, 17)}, path)
+    with pytest.raises(CheckpointError, match='arbitrary unpickling'):
+        _load(path)
+
+
+def test_missing_file_and_missing_checkpoint_key(timm_nano, tmp_path):
+    with pytest.raises(FileNotFoundError, match='nowhere.pth'):
+        _load(tmp_path / 'nowhere.pth')
+    path = tmp_path / 'dino.pth'
+    FORMATS['dino.pth'](timm_nano.state_dict(), path)
+    with pytest.raises(CheckpointError, match="checkpoint_key 'ema'"):
+        extract_state_dict(torch.load(path, weights_only=False), 'ema')

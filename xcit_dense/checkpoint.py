@@ -1,0 +1,267 @@
+"""Import image-classification checkpoints into the XCiT backbone.
+
+Accepted sources:
+
+* official facebookresearch/xcit ImageNet checkpoints: weights under
+  ``'model'``, positional encoder named ``pos_embeder``;
+* timm weights (``.pth``, ``.bin`` or ``.safetensors``), a flat state dict with
+  the positional encoder named ``pos_embed``;
+* DINO self-supervised XCiT checkpoints: full training files with
+  ``'teacher'`` / ``'student'`` (keys prefixed ``module.`` and/or
+  ``backbone.``), or the released backbone-only weights;
+* backbones written by ``tools/convert_checkpoint.py`` and whole detectors or
+  segmentors trained with this package (``'state_dict'`` with a
+  ``backbone.`` prefix).
+
+The conversion functions are pure (state dict in, state dict out); loading
+is strict: classification-only weights are dropped and listed, every
+backbone weight must be present with the right shape, and the pyramid is
+either loaded whole or, when the file has none of it (a classification
+checkpoint), left freshly initialised. Files are read with
+``torch.load(weights_only=True)``; anything that needs arbitrary unpickling is
+refused.
+"""
+import argparse
+import logging
+import os
+import pickle
+import re
+import zipfile
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+# Top-level weights of the classification model that the backbone does not
+# have: class token(s), class-attention blocks, final norm, heads.
+CLASSIFICATION_ONLY = ('cls_token', 'dist_token', 'cls_attn_blocks.',
+                       'norm.', 'head.', 'head_dist.', 'fc_norm.')
+PYRAMID_PREFIX = re.compile(r'^fpn\d+\.')
+# Types besides tensors found in official and DINO training checkpoints
+# (their 'args' entry); safe to rebuild, so allowed while reading.
+_CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be imported into the backbone."""
+
+
+def read_checkpoint(path: str) -> Mapping:
+    """Read a checkpoint file without arbitrary unpickling.
+
+    ``.safetensors`` files are read with safetensors; anything else with
+    ``torch.load(weights_only=True)`` on the CPU.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'Checkpoint file not found: {path}')
+    if path.endswith('.safetensors'):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return load_file(path, device='cpu')
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(
+                f'Cannot read {path} as safetensors (truncated or not a '
+                f'safetensors file): {e}') from e
+    try:
+        with torch.serialization.safe_globals(_CHECKPOINT_SAFE_GLOBALS):
+            return torch.load(path, map_location='cpu', weights_only=True)
+    except pickle.UnpicklingError as e:
+        if 'Weights only load failed' in str(e) or 'weights_only' in str(e):
+            raise CheckpointError(
+                f'{path} stores Python objects that need arbitrary '
+                'unpickling (torch.load(weights_only=False)), which '
+                'xcit-dense refuses because it can run code from the file. '
+                'If you trust the file, re-save only its tensors, e.g. '
+                "torch.save(torch.load(path, weights_only=False)['model'], "
+                f'new_path). Detail: {str(e).splitlines()[0]}') from e
+        raise CheckpointError(
+            f'Cannot read {path}: not a PyTorch checkpoint or truncated '
+            f'({e})') from e
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
+        raise CheckpointError(
+            f'Cannot read {path}: the file is truncated or not a PyTorch '
+            f'checkpoint ({type(e).__name__}: {e})') from e
+
+
+def extract_state_dict(checkpoint: Mapping,
+                       checkpoint_key: Optional[str] = None
+                       ) -> Tuple[Dict[str, torch.Tensor], str]:
+    """Pick the weights out of a checkpoint and name its format.
+
+    Returns the (unconverted) state dict and one of ``'xcit-dense'``,
+    ``'official'``, ``'dino'`` or ``'flat (timm)'``.
+    """
+    if not isinstance(checkpoint, Mapping):
+        raise CheckpointError(
+            f'A checkpoint must be a dict of weights, got '
+            f'{type(checkpoint).__name__}')
+    if checkpoint_key is not None:
+        if checkpoint_key not in checkpoint:
+            raise CheckpointError(
+                f'checkpoint_key {checkpoint_key!r} not in the checkpoint; '
+                f'its top-level keys: {sorted(map(str, checkpoint))[:20]}')
+        fmt = 'dino' if checkpoint_key in ('teacher', 'student') else \
+            'official' if checkpoint_key in ('model', 'model_ema') else \
+            'xcit-dense'
+        state_dict = checkpoint[checkpoint_key]
+    elif 'state_dict' in checkpoint:
+        state_dict, fmt = checkpoint['state_dict'], 'xcit-dense'
+    elif 'model' in checkpoint:
+        state_dict, fmt = checkpoint['model'], 'official'
+    elif 'teacher' in checkpoint:
+        state_dict, fmt = checkpoint['teacher'], 'dino'
+    elif 'student' in checkpoint:
+        state_dict, fmt = checkpoint['student'], 'dino'
+    else:
+        state_dict, fmt = checkpoint, 'flat (timm)'
+    if not isinstance(state_dict, Mapping):
+        raise CheckpointError(
+            f'The weights of a {fmt} checkpoint must be a dict, got '
+            f'{type(state_dict).__name__}')
+    bad = [k for k, v in state_dict.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise CheckpointError(
+            f'Entries that are not tensors in the {fmt} state dict: '
+            f'{bad[:10]}{" ..." if len(bad) > 10 else ""}')
+    return dict(state_dict), fmt
+
+
+def convert_state_dict(state_dict: Mapping[str, torch.Tensor]
+                       ) -> Tuple[Dict[str, torch.Tensor], Dict[str, str]]:
+    """Map a classification / DINO / detector state dict onto backbone names.
+
+    Strips the ``module.`` (DDP) and ``backbone.`` (DINO, detectors)
+    prefixes, renames the official ``pos_embeder`` to ``pos_embed`` and
+    drops what the backbone has no use for.
+
+    Returns:
+        The converted state dict, and the dropped keys with the reason.
+    """
+    dropped: Dict[str, str] = {}
+    items = [(k[len('module.'):] if k.startswith('module.') else k, v)
+             for k, v in state_dict.items()]
+    if any(k.startswith('backbone.') for k, _ in items):
+        kept = []
+        for k, v in items:
+            if k.startswith('backbone.'):
+                kept.append((k[len('backbone.'):], v))
+            else:
+                dropped[k] = 'not part of the backbone'
+        items = kept
+    converted: Dict[str, torch.Tensor] = {}
+    for k, v in items:
+        if k.startswith('pos_embeder.'):
+            k = 'pos_embed.' + k[len('pos_embeder.'):]
+        if k.startswith(CLASSIFICATION_ONLY):
+            dropped[k] = 'classification only'
+            continue
+        converted[k] = v
+    return converted, dropped
+
+
+def match_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]
+                     ) -> Tuple[Dict[str, torch.Tensor], Dict[str, str],
+                                List[str]]:
+    """Check a converted state dict against the backbone, strictly.
+
+    Returns the weights to load, the checkpoint keys not loaded with the
+    reason (blocks after the last tapped one), and the pyramid keys left
+    freshly initialised. Raises :class:`CheckpointError` naming the keys on
+    any missing backbone weight, unknown key or shape mismatch.
+    """
+    own = model.state_dict()
+    depth = getattr(model, 'depth', None)
+    n_built = len(model.blocks)
+    to_load, unused, problems = {}, {}, []
+
+    unexpected = []
+    for k, v in state_dict.items():
+        if k in own:
+            if own[k].shape != v.shape:
+                problems.append(f'{k}: checkpoint {tuple(v.shape)} vs '
+                                f'model {tuple(own[k].shape)}')
+            else:
+                to_load[k] = v
+            continue
+        m = re.match(r'^blocks\.(\d+)\.', k)
+        if m and depth is not None and n_built <= int(m.group(1)) < depth:
+            unused[k] = 'after the last tapped block'
+        else:
+            unexpected.append(k)
+
+    missing = [k for k in own if k not in state_dict
+               and not k.endswith('num_batches_tracked')]
+    pyramid_missing = [k for k in missing if PYRAMID_PREFIX.match(k)]
+    pyramid_own = [k for k in own if PYRAMID_PREFIX.match(k)
+                   and not k.endswith('num_batches_tracked')]
+    fresh: List[str] = []
+    if pyramid_missing and len(pyramid_missing) == len(pyramid_own):
+        fresh = pyramid_missing  # classification checkpoint: no pyramid
+    missing = [k for k in missing if k not in fresh]
+
+    if missing or unexpected or problems:
+        lines = ['The checkpoint does not fit the XCiT backbone '
+                 f'(arch {getattr(model, "arch", None)!r}, '
+                 f'{getattr(model, "arch_settings", {})}):']
+        if missing:
+            lines.append(f'  missing backbone weights ({len(missing)}): '
+                         f'{_short(missing)}')
+        if unexpected:
+            lines.append(f'  unexpected keys ({len(unexpected)}): '
+                         f'{_short(unexpected)}')
+        if problems:
+            lines.append(f'  shape mismatches ({len(problems)}): '
+                         f'{_short(problems)}')
+        lines.append('  Check that the arch (or embed_dim, depth, '
+                     'num_heads, patch_size) matches the checkpoint.')
+        raise CheckpointError('\n'.join(lines))
+    return to_load, unused, fresh
+
+
+def _short(keys: List[str], n: int = 12) -> str:
+    return ', '.join(keys[:n]) + (f', ... (+{len(keys) - n} more)'
+                                  if len(keys) > n else '')
+
+
+def _group(keys) -> List[str]:
+    """Summarise keys by their first two name parts, for logs."""
+    groups: Dict[str, int] = {}
+    for k in keys:
+        head = '.'.join(k.split('.')[:2]) if k.split('.')[0] in (
+            'blocks', 'cls_attn_blocks') else k.split('.')[0]
+        groups[head] = groups.get(head, 0) + 1
+    return [f'{g} ({n})' if n > 1 else g for g, n in groups.items()]
+
+
+def load_backbone_checkpoint(model: nn.Module,
+                             path: str,
+                             checkpoint_key: Optional[str] = None,
+                             logger: Optional[logging.Logger] = None) -> dict:
+    """Import the checkpoint at ``path`` into an :class:`XCiT` backbone.
+
+    Returns a report: ``format``, ``loaded``, ``dropped`` (key -> reason),
+    ``fresh`` (pyramid keys initialised afresh).
+    """
+    log = logger.info if logger is not None else (lambda msg: None)
+    raw = read_checkpoint(path)
+    state_dict, fmt = extract_state_dict(raw, checkpoint_key)
+    converted, dropped = convert_state_dict(state_dict)
+    to_load, unused, fresh = match_state_dict(model, converted)
+    dropped.update(unused)
+    result = model.load_state_dict(to_load, strict=False)
+    # Every key was checked above; the only keys load_state_dict may report
+    # missing are the freshly initialised pyramid and BN step counters.
+    leftover = [k for k in result.missing_keys
+                if k not in fresh and not k.endswith('num_batches_tracked')]
+    assert not leftover and not result.unexpected_keys, (leftover, result)
+    log(f'Loaded {len(to_load)} backbone weights from {path} '
+        f'({fmt} checkpoint).')
+    if dropped:
+        log(f'Dropped {len(dropped)} checkpoint entries not used by the '
+            f'backbone: {", ".join(_group(dropped))}.')
+    if fresh:
+        log(f'The checkpoint has no pyramid weights; {len(fresh)} pyramid '
+            f'parameters are freshly initialised: {", ".join(_group(fresh))}.')
+    return dict(format=fmt, loaded=sorted(to_load), dropped=dropped,
+                fresh=fresh)

@@ -1,0 +1,418 @@
+"""XCiT backbone for dense prediction.
+
+Cross-Covariance Image Transformers (El-Nouby et al., 2021,
+https://arxiv.org/abs/2106.09681) built on timm's ``Xcit``: its convolutional
+stem, Fourier positional encoding, XCA blocks and ``forward_intermediates`` are
+used as they are; this module adds what dense prediction needs on top:
+
+* presets for every published size (dims, heads and layer-scale eta as timm's
+  ``xcit_*`` entry points),
+* a 4-level pyramid (strides 4, 8, 16, 32) resampled from chosen blocks in the
+  published way (transposed convolutions up, max-pooling down), for any input
+  size: level ``i`` of an ``H x W`` image is exactly
+  ``ceil(H / s_i) x ceil(W / s_i)``,
+* a positional encoding cached per token grid, configurable normalisation
+  (BatchNorm by default, SyncBN only by configuration), frozen stages,
+  ``norm_eval``, gradient checkpointing, and strict loading of ImageNet
+  checkpoints through ``init_cfg``.
+
+The module imports neither mmdet nor mmsegmentation; both build it through the
+``xcit_dense`` registry scope (``dict(type='xcit_dense.XCiT', ...)``).
+"""
+import math
+from collections import OrderedDict
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmengine.logging import MMLogger
+from mmengine.model import BaseModule
+from timm.models.xcit import PositionalEncodingFourier, Xcit
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..registry import MODELS
+
+# name: (embed_dim, depth, num_heads, eta), as in timm's ``xcit_<name>_p*``
+# entry points and the XCiT paper (Table 1).
+_SIZES: Dict[str, Tuple[int, int, int, float]] = {
+    'nano_12': (128, 12, 4, 1.0),
+    'tiny_12': (192, 12, 4, 1.0),
+    'small_12': (384, 12, 8, 1.0),
+    'tiny_24': (192, 24, 4, 1e-5),
+    'small_24': (384, 24, 8, 1e-5),
+    'medium_24': (512, 24, 8, 1e-5),
+    'large_24': (768, 24, 16, 1e-5),
+}
+PATCH_SIZES = (8, 16)
+ARCH_SETTINGS: Dict[str, dict] = {
+    f'{name}_p{patch}': dict(
+        patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads,
+        eta=eta)
+    for name, (dim, depth, heads, eta) in _SIZES.items()
+    for patch in (16, 8)
+}
+# Blocks tapped for the four pyramid levels (published detection configs).
+DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
+
+
+class CachedFourierEncoding(PositionalEncodingFourier):
+    """timm's Fourier positional encoding, with its features cached per grid.
+
+    The sine/cosine features depend only on the token grid, so they are
+    computed once per ``(H, W, device)`` and kept (the most recently used
+    ``cache_size`` grids); the learned 1x1 projection runs on every call so
+    gradients and weight updates are honoured. The output is identical to
+    timm's, broadcast over the batch instead of copied.
+    """
+
+    def __init__(self, *args, cache_size: int = 32, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cache_size = cache_size
+        self._features: 'OrderedDict[tuple, torch.Tensor]' = OrderedDict()
+
+    def fourier_features(self, H: int, W: int,
+                         device: torch.device) -> torch.Tensor:
+        """Un-projected encoding of an ``H x W`` grid, ``(1, 2*hidden, H, W)``
+        in float32."""
+        key = (H, W, device)
+        feats = self._features.get(key)
+        if feats is not None:
+            self._features.move_to_end(key)
+            return feats
+        y = torch.arange(1, H + 1, device=device, dtype=torch.float32)
+        x = torch.arange(1, W + 1, device=device, dtype=torch.float32)
+        y = (y / (y[-1] + self.eps) * self.scale).view(1, H, 1, 1)
+        x = (x / (x[-1] + self.eps) * self.scale).view(1, 1, W, 1)
+        dim_t = torch.arange(
+            self.hidden_dim, device=device, dtype=torch.float32)
+        dim_t = self.temperature**(
+            2 * torch.div(dim_t, 2, rounding_mode='floor') / self.hidden_dim)
+        pos_x = (x / dim_t).expand(1, H, W, self.hidden_dim)
+        pos_y = (y / dim_t).expand(1, H, W, self.hidden_dim)
+        pos_x = torch.stack([pos_x[..., 0::2].sin(), pos_x[..., 1::2].cos()],
+                            dim=4).flatten(3)
+        pos_y = torch.stack([pos_y[..., 0::2].sin(), pos_y[..., 1::2].cos()],
+                            dim=4).flatten(3)
+        # channels-last memory, as timm computes it (same conv kernel path)
+        feats = torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
+        self._features[key] = feats
+        if len(self._features) > self.cache_size:
+            self._features.popitem(last=False)
+        return feats
+
+    def forward(self, B: int, H: int, W: int) -> torch.Tensor:
+        weight = self.token_projection.weight
+        feats = self.fourier_features(H, W, weight.device)
+        pos = self.token_projection(feats.to(weight.dtype))
+        return pos.expand(B, -1, -1, -1)
+
+
+def _replace_batchnorm(module: nn.Module, norm_cfg: dict) -> None:
+    """Replace every ``nn.BatchNorm2d`` below ``module`` by a layer built from
+    ``norm_cfg`` (same parameter names, so checkpoints load unchanged)."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.BatchNorm2d):
+            setattr(module, name,
+                    build_norm_layer(norm_cfg, child.num_features)[1])
+        else:
+            _replace_batchnorm(child, norm_cfg)
+
+
+@MODELS.register_module()
+class XCiT(Xcit, BaseModule):
+    """XCiT backbone with a 4-level feature pyramid.
+
+    Args:
+        arch (str | None): Preset, named as timm's XCiT models without prefix
+            and resolution: one of ``ARCH_SETTINGS`` (``'nano_12_p16'``,
+            ``'small_12_p8'``, ``'medium_24_p16'``, ...). ``None`` builds
+            from the explicit arguments alone. Defaults to ``'small_12_p16'``.
+        patch_size (int, optional): 8 or 16. Overrides the preset.
+        embed_dim (int, optional): Token channels. Overrides the preset.
+        depth (int, optional): Number of XCA blocks. Overrides the preset.
+        num_heads (int, optional): XCA heads. Overrides the preset.
+        eta (float, optional): Layer-scale initial value. Overrides the preset.
+        mlp_ratio (float): MLP hidden width over ``embed_dim``. Defaults to 4.
+        qkv_bias (bool): Bias in the query/key/value projection.
+            Defaults to True.
+        in_channels (int): Input image channels. Defaults to 3.
+        out_indices (Sequence[int], optional): Four strictly increasing block
+            indices tapped for the pyramid levels of strides 4, 8, 16, 32.
+            Defaults to ``(3, 5, 7, 11)`` for depth 12 and
+            ``(7, 11, 15, 23)`` for depth 24. Blocks after the last tapped one
+            are not built.
+        drop_rate (float): Dropout after the positional encoding and in the
+            projections. Defaults to 0.
+        attn_drop_rate (float): Dropout on the XCA attention map.
+            Defaults to 0.
+        drop_path_rate (float): Stochastic depth rate, the same for every
+            block as in the published models. Defaults to 0.
+        use_pos_embed (bool): Add the Fourier positional encoding.
+            Defaults to True.
+        norm_cfg (dict): Normalisation of the stem, the local patch
+            interaction and the pyramid. Defaults to ``dict(type='BN')``;
+            use ``dict(type='SyncBN')`` or mmengine's ``sync_bn`` for
+            multi-GPU training.
+        frozen_stages (int): ``-1`` freezes nothing; ``0`` freezes the stem
+            (patch embedding and positional encoding); ``k > 0`` freezes the
+            stem and the first ``k`` blocks. Frozen parts get no gradient and
+            keep their BatchNorm statistics. Defaults to -1.
+        norm_eval (bool): Keep every BatchNorm in eval mode during training.
+            Defaults to False.
+        with_cp (bool): Gradient checkpointing of the blocks: less memory,
+            same gradients, more compute. Defaults to False.
+        init_cfg (dict, optional): mmengine initialisation config.
+            ``dict(type='Pretrained', checkpoint=PATH)`` imports an
+            official, timm, DINO or xcit-dense checkpoint strictly (see
+            :mod:`xcit_dense.checkpoint`); ``checkpoint_key`` picks
+            ``'teacher'`` (default) or ``'student'`` from DINO files.
+    """
+
+    out_strides: Tuple[int, ...] = (4, 8, 16, 32)
+
+    def __init__(self,
+                 arch: Optional[str] = 'small_12_p16',
+                 patch_size: Optional[int] = None,
+                 embed_dim: Optional[int] = None,
+                 depth: Optional[int] = None,
+                 num_heads: Optional[int] = None,
+                 eta: Optional[float] = None,
+                 mlp_ratio: float = 4.,
+                 qkv_bias: bool = True,
+                 in_channels: int = 3,
+                 out_indices: Optional[Sequence[int]] = None,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 use_pos_embed: bool = True,
+                 norm_cfg: dict = dict(type='BN', requires_grad=True),
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 init_cfg: Optional[dict] = None):
+        settings = self.resolve_arch(
+            arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
+            num_heads=num_heads, eta=eta)
+        depth = settings['depth']
+        out_indices = self.check_out_indices(out_indices, depth)
+        if not -1 <= frozen_stages <= out_indices[-1] + 1:
+            raise ValueError(
+                f'frozen_stages must be in [-1, {out_indices[-1] + 1}] (-1: '
+                f'none, 0: stem, k: stem and the first k blocks), got '
+                f'{frozen_stages!r}')
+        if init_cfg is not None and not isinstance(init_cfg, dict):
+            raise ValueError(f'init_cfg must be a dict or None, got '
+                             f'{type(init_cfg).__name__}')
+
+        Xcit.__init__(
+            self,
+            patch_size=settings['patch_size'],
+            in_chans=in_channels,
+            num_classes=0,
+            global_pool='',
+            embed_dim=settings['embed_dim'],
+            depth=depth,
+            num_heads=settings['num_heads'],
+            mlp_ratio=mlp_ratio,
+            qkv_bias=qkv_bias,
+            pos_drop_rate=drop_rate,
+            proj_drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            drop_path_rate=drop_path_rate,
+            cls_attn_layers=0,
+            use_pos_embed=use_pos_embed,
+            eta=settings['eta'])
+        # Xcit.__init__ ran BaseModule.__init__ through the MRO without
+        # arguments; set what BaseModule keeps.
+        self.init_cfg = dict(init_cfg) if init_cfg is not None else None
+
+        self.arch = arch
+        self.arch_settings = settings
+        self.patch_size = settings['patch_size']
+        self.depth = depth
+        self.out_indices = out_indices
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.norm_cfg = dict(norm_cfg)
+
+        # Classification parts (class token, class-attention blocks, final
+        # norm, head) and the blocks after the last tap are not used.
+        self.prune_intermediate_layers(
+            list(out_indices), prune_norm=True, prune_head=True)
+        if use_pos_embed:
+            self.pos_embed = CachedFourierEncoding(dim=self.embed_dim)
+        _replace_batchnorm(self.patch_embed, self.norm_cfg)
+        _replace_batchnorm(self.blocks, self.norm_cfg)
+
+        for level, stride in enumerate(self.out_strides, start=1):
+            self.add_module(
+                f'fpn{level}',
+                self._make_resampler(self.patch_size / stride))
+        self.feature_info = [
+            dict(num_chs=self.embed_dim, reduction=stride,
+                 module=f'fpn{level}')
+            for level, stride in enumerate(self.out_strides, start=1)
+        ]
+        self.set_grad_checkpointing(with_cp)
+        self._freeze_stages()
+
+    # ------------------------------------------------------------ arguments
+    @staticmethod
+    def resolve_arch(arch: Optional[str], **overrides) -> dict:
+        """Preset settings with the explicit (non-None) overrides applied."""
+        if arch is None:
+            settings = {}
+        elif isinstance(arch, str) and arch in ARCH_SETTINGS:
+            settings = dict(ARCH_SETTINGS[arch])
+        else:
+            raise ValueError(
+                f'Unknown XCiT arch {arch!r}; allowed: '
+                f'{", ".join(ARCH_SETTINGS)} (or None with explicit '
+                'patch_size, embed_dim, depth, num_heads)')
+        settings.update({k: v for k, v in overrides.items() if v is not None})
+        settings.setdefault('eta', 1.0 if settings.get('depth', 0) <= 12
+                            else 1e-5)
+        missing = [k for k in ('patch_size', 'embed_dim', 'depth',
+                               'num_heads') if k not in settings]
+        if missing:
+            raise ValueError(f'arch=None needs explicit {", ".join(missing)}')
+        if settings['patch_size'] not in PATCH_SIZES:
+            raise ValueError(
+                f'patch_size must be one of {PATCH_SIZES} (the convolutional '
+                f'stem of XCiT), got {settings["patch_size"]!r}')
+        for key in ('embed_dim', 'depth', 'num_heads'):
+            if not isinstance(settings[key], int) or settings[key] < 1:
+                raise ValueError(f'{key} must be a positive int, got '
+                                 f'{settings[key]!r}')
+        if settings['embed_dim'] % settings['num_heads']:
+            raise ValueError(
+                f'embed_dim ({settings["embed_dim"]}) must be divisible by '
+                f'num_heads ({settings["num_heads"]})')
+        return settings
+
+    @classmethod
+    def check_out_indices(cls, out_indices: Optional[Sequence[int]],
+                          depth: int) -> Tuple[int, ...]:
+        """Validate (or default) the four tapped block indices."""
+        if out_indices is None:
+            out_indices = DEFAULT_OUT_INDICES.get(depth) or tuple(
+                # the same relative positions as the published depth-12 taps
+                round((i + 1) * depth / 12) - 1 for i in (3, 5, 7, 11))
+        out_indices = tuple(out_indices)
+        n = len(cls.out_strides)
+        if (len(out_indices) != n
+                or not all(isinstance(i, int) for i in out_indices)
+                or not all(0 <= i < depth for i in out_indices)
+                or any(a >= b for a, b in zip(out_indices, out_indices[1:]))):
+            raise ValueError(
+                f'out_indices must be {n} strictly increasing block indices '
+                f'in [0, {depth - 1}] (depth {depth}), one per pyramid level '
+                f'of strides {cls.out_strides}; got {list(out_indices)}')
+        return out_indices
+
+    # ------------------------------------------------------------ pyramid
+    def _make_resampler(self, scale: float) -> nn.Module:
+        """Resampling of a tapped token map by ``scale`` (a power of two):
+        transposed 2x2 convolutions up (norm and GELU between two), identity,
+        or max-pooling down; as in the published XCiT detection backbone."""
+        if scale == 1:
+            return nn.Identity()
+        if scale < 1:
+            k = round(1 / scale)
+            return nn.MaxPool2d(kernel_size=k, stride=k, ceil_mode=True)
+        layers: List[nn.Module] = []
+        for step in range(round(math.log2(scale))):
+            if step:
+                layers += [build_norm_layer(self.norm_cfg, self.embed_dim)[1],
+                           nn.GELU()]
+            layers.append(nn.ConvTranspose2d(
+                self.embed_dim, self.embed_dim, kernel_size=2, stride=2))
+        return nn.Sequential(*layers)
+
+    @property
+    def resamplers(self) -> List[nn.Module]:
+        return [getattr(self, f'fpn{level}')
+                for level in range(1, len(self.out_strides) + 1)]
+
+    # ------------------------------------------------------------ forward
+    def forward_taps(self, x: torch.Tensor) -> List[torch.Tensor]:
+        """Outputs of the blocks in ``out_indices`` as NCHW token maps."""
+        return self.forward_intermediates(
+            x, indices=list(self.out_indices), stop_early=True,
+            intermediates_only=True)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        H, W = x.shape[-2:]
+        outs = []
+        for tap, resample, stride in zip(
+                self.forward_taps(x), self.resamplers, self.out_strides):
+            y = resample(tap)
+            # Up-sampled maps of a size that is not a multiple of the patch
+            # cover a little more than the image: keep ceil(H / stride).
+            outs.append(y[..., :-(-H // stride), :-(-W // stride)])
+        return tuple(outs)
+
+    # ------------------------------------------------------------ training
+    def _frozen_modules(self) -> List[nn.Module]:
+        if self.frozen_stages < 0:
+            return []
+        stem = [self.patch_embed, self.pos_drop]
+        if self.pos_embed is not None:
+            stem.append(self.pos_embed)
+        return stem + list(self.blocks[:self.frozen_stages])
+
+    def _freeze_stages(self) -> None:
+        for module in self._frozen_modules():
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'XCiT':
+        super().train(mode)
+        if mode:
+            for module in self._frozen_modules():
+                module.eval()
+            if self.norm_eval:
+                for module in self.modules():
+                    if isinstance(module, _BatchNorm):
+                        module.eval()
+        return self
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        """Names of the parameters trained without weight decay: the XCA
+        temperatures, the positional encoder, the layer-scale gammas and all
+        normalisation layers."""
+        names = set()
+        for module_name, module in self.named_modules():
+            if isinstance(module, (nn.LayerNorm, nn.GroupNorm, _BatchNorm)):
+                names.update(f'{module_name}.{p}'
+                             for p, _ in module.named_parameters(
+                                 recurse=False))
+        for name, _ in self.named_parameters():
+            leaf = name.rsplit('.', 1)[-1]
+            if name.startswith('pos_embed.') or leaf == 'temperature' or (
+                    leaf.startswith('gamma') and leaf[5:].isdigit()):
+                names.add(name)
+        return names
+
+    # ------------------------------------------------------------ weights
+    def init_weights(self) -> None:
+        """Initialise; with ``init_cfg=dict(type='Pretrained', ...)`` import
+        the checkpoint strictly (never a silent partial load)."""
+        if self.init_cfg is not None and \
+                self.init_cfg.get('type') == 'Pretrained':
+            from ..checkpoint import load_backbone_checkpoint
+            cfg = dict(self.init_cfg)
+            cfg.pop('type')
+            checkpoint = cfg.pop('checkpoint', None)
+            if checkpoint is None:
+                raise ValueError(
+                    "init_cfg of type 'Pretrained' needs a 'checkpoint' path")
+            load_backbone_checkpoint(
+                self, checkpoint, logger=MMLogger.get_current_instance(),
+                **cfg)
+            self._is_init = True
+            return
+        super().init_weights()

@@ -1,0 +1,19 @@
+"""Registries of the ``xcit_dense`` scope.
+
+They are children of mmengine's root registries, so a config of any scope
+(``mmdet``, ``mmseg``) can name our modules as ``xcit_dense.XCiT``: mmengine
+imports this module on the first look-up of the ``xcit_dense`` scope and then
+imports the ``locations`` below, which register the classes.
+"""
+from mmengine.registry import MODELS as MMENGINE_MODELS
+from mmengine.registry import \
+    OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine.registry import Registry
+
+MODELS = Registry(
+    'model', parent=MMENGINE_MODELS, scope='xcit_dense',
+    locations=['xcit_dense.models'])
+OPTIM_WRAPPER_CONSTRUCTORS = Registry(
+    'optimizer wrapper constructor',
+    parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope='xcit_dense',
+    locations=['xcit_dense.optim'])

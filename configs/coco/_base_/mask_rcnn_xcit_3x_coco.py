@@ -1,0 +1,81 @@
+# Mask R-CNN with an XCiT backbone on COCO, 3x schedule: the published recipe
+# (facebookresearch/xcit detection configs, which follow the Swin Transformer
+# detection recipe). Per-model files change only the preset, the FPN input
+# channels, drop path and layer-scale eta.
+_base_ = [
+    'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
+    'mmdet::_base_/datasets/coco_instance.py',
+    'mmdet::_base_/schedules/schedule_1x.py',
+    'mmdet::_base_/default_runtime.py',
+]
+custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='xcit_dense.XCiT',
+        arch='small_12_p16',
+        drop_path_rate=0.05,
+        eta=1.0,
+        # out_indices default to the published taps: (3, 5, 7, 11) for depth
+        # 12, (7, 11, 15, 23) for depth 24.
+        init_cfg=dict(
+            type='Pretrained',
+            checkpoint='pretrained/xcit_small_12_p16_224.pth')),
+    # One FPN input per pyramid level (strides 4, 8, 16, 32), each embed_dim
+    # wide; the RoI extractors of the base model already use these strides.
+    neck=dict(in_channels=[384, 384, 384, 384]))
+
+# DETR-style augmentation: flip, then either a multi-scale resize or
+# resize + absolute-range crop + multi-scale resize; padding to 32 is done by
+# the data preprocessor (pad_size_divisor=32).
+_multi_scale = [(1333, s) for s in range(480, 801, 32)]
+train_pipeline = [
+    dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(
+        type='RandomChoice',
+        transforms=[
+            [dict(type='RandomChoiceResize', scales=_multi_scale,
+                  keep_ratio=True)],
+            [
+                dict(type='RandomChoiceResize',
+                     scales=[(1333, 400), (1333, 500), (1333, 600)],
+                     keep_ratio=True),
+                dict(type='RandomCrop', crop_type='absolute_range',
+                     crop_size=(384, 600), allow_negative_crop=True),
+                dict(type='RandomChoiceResize', scales=_multi_scale,
+                     keep_ratio=True),
+            ],
+        ]),
+    dict(type='PackDetInputs'),
+]
+train_dataloader = dict(batch_size=2, num_workers=2,
+                        dataset=dict(pipeline=train_pipeline))
+
+# AdamW without weight decay on norms, layer-scale gammas, XCA temperatures
+# and the positional encoder (declared by the backbone itself), in mixed
+# precision. tools/train.py falls back to fp32 on machines without a GPU.
+optim_wrapper = dict(
+    type='AmpOptimWrapper',
+    constructor='xcit_dense.NoDecayOptimWrapperConstructor',
+    optimizer=dict(
+        _delete_=True, type='AdamW', lr=1e-4, betas=(0.9, 0.999),
+        weight_decay=0.05),
+    paramwise_cfg=dict(norm_decay_mult=0.))
+
+max_epochs = 36
+train_cfg = dict(max_epochs=max_epochs)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0,
+         end=1000),
+    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True,
+         milestones=[27, 33], gamma=0.1),
+]
+# 16 images per batch in total (8 GPUs x 2); --auto-scale-lr rescales the lr
+# for other totals.
+auto_scale_lr = dict(enable=False, base_batch_size=16)
+# SyncBN in the backbone's BatchNorms when distributed on GPUs (tools/train.py
+# keeps BatchNorm on CPU, where SyncBN cannot run).
+sync_bn = 'torch'

@@ -1,0 +1,9 @@
+# Mask R-CNN XCiT-S24/8, 3x COCO. Published box / mask AP: 48.1 / 43.0
+# (facebookresearch/xcit detection README).
+_base_ = './_base_/mask_rcnn_xcit_3x_coco.py'
+
+model = dict(
+    backbone=dict(
+        arch='small_24_p8', drop_path_rate=0.1, eta=1e-5,
+        init_cfg=dict(checkpoint='pretrained/xcit_small_24_p8_224.pth')),
+    neck=dict(in_channels=[384] * 4))

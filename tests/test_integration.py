@@ -1,0 +1,81 @@
+"""The backbone from mmdet- and mmseg-scoped configs, its optimizer
+constructor, and mmengine checkpoints under torch.load(weights_only=True)."""
+import pickle
+
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import init_default_scope
+
+import xcit_dense
+from xcit_dense import XCiT
+
+
+@pytest.mark.parametrize('scope', ['mmdet', 'mmseg'])
+def test_build_from_scoped_config(scope, tmp_path):
+    path = tmp_path / 'cfg.py'
+    path.write_text(f"""
+default_scope = '{scope}'
+model = dict(type='xcit_dense.XCiT', arch='nano_12_p8', drop_path_rate=0.1)
+""")
+    cfg = Config.fromfile(str(path))
+    init_default_scope(scope)
+    registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
+    model = registry.build(cfg.model)
+    assert type(model) is XCiT and model.patch_size == 8
+
+
+def test_one_definition():
+    """The model code imports neither mmdet nor mmseg."""
+    import inspect
+    source = inspect.getsource(xcit_dense.models.xcit)
+    for line in source.splitlines():
+        if line.startswith(('import ', 'from ')):
+            assert 'mmdet' not in line and 'mmseg' not in line, line
+
+
+def test_no_decay_constructor():
+    model = nn.Module()
+    model.backbone = XCiT(arch='nano_12_p16', depth=4,
+                          out_indices=(0, 1, 2, 3))
+    model.head = nn.Linear(4, 4)
+    wrapper = build_optim_wrapper(model, dict(
+        constructor='xcit_dense.NoDecayOptimWrapperConstructor',
+        optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05)))
+    decay = {}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in wrapper.optimizer.param_groups:
+        for p in group['params']:
+            decay[names[id(p)]] = group['weight_decay']
+    assert len(decay) == len(names)
+    for name in ['backbone.blocks.0.attn.temperature', 'backbone.blocks.1.gamma3',
+                 'backbone.pos_embed.token_projection.weight',
+                 'backbone.blocks.0.norm2.weight',
+                 'backbone.blocks.0.local_mp.bn.bias', 'backbone.fpn1.1.weight']:
+        assert decay[name] == 0, name
+    for name in ['backbone.blocks.0.attn.qkv.weight', 'backbone.fpn1.0.weight',
+                 'head.weight', 'backbone.blocks.0.mlp.fc2.weight']:
+        assert decay[name] == 0.05, name
+
+
+def test_mmengine_checkpoint_loads_with_weights_only(tmp_path):
+    """What mmengine stores in a checkpoint's message hub loads with
+    weights_only=True once xcit_dense is imported; nothing more does."""
+    from mmengine.logging import MessageHub
+    hub = MessageHub.get_instance('xcit-dense-test')
+    for i in range(3):
+        hub.update_scalar('train/loss', 1.0 / (i + 1))
+    hub.update_info('iter', 3)
+    path = tmp_path / 'ckpt.pth'
+    torch.save({'message_hub': hub.state_dict(), 'meta': {'seed': 0}}, path)
+    loaded = torch.load(path)  # weights_only=True by default
+    assert loaded['message_hub']['log_scalars']['train/loss'].mean() == \
+        pytest.approx((1 + 1 / 2 + 1 / 3) / 3)
+
+    # getattr is resolved only for HistoryBuffer's statistics methods
+    evil = tmp_path / 'evil.pth'
+    torch.save({'f': getattr(torch.Tensor, 'add')}, evil)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(evil)

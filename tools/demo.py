@@ -1,0 +1,80 @@
+"""Draw a detector's or segmentor's predictions on an image.
+
+    python tools/demo.py IMAGE CONFIG CHECKPOINT --out result.jpg
+
+The config's ``default_scope`` picks mmdet (boxes, masks and labels) or
+mmseg (the label map blended over the image).
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+import mmcv  # noqa: E402
+from mmengine.config import DictAction  # noqa: E402
+
+from xcit_dense.checkpoint import CheckpointError  # noqa: E402
+from xcit_dense.launch import (UserError, check_checkpoint, fail,  # noqa
+                               load_config)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('image', help='image file')
+    parser.add_argument('config', help='config file')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--out', required=True, help='output image file')
+    parser.add_argument('--device', default='cpu', help='e.g. cpu, cuda:0')
+    parser.add_argument('--score-thr', type=float, default=0.3,
+                        help='detection: smallest score drawn')
+    parser.add_argument('--opacity', type=float, default=0.5,
+                        help='segmentation: opacity of the label map')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        default={}, help='override settings in the config')
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    if not osp.isfile(args.image):
+        raise UserError(f'Image not found: {args.image}')
+    cfg = load_config(args.config, args.cfg_options)
+    check_checkpoint(args.checkpoint, 'checkpoint')
+    if cfg.model.get('backbone', {}).get('init_cfg'):
+        cfg.model.backbone.init_cfg = None  # weights come from CHECKPOINT
+    image = mmcv.imread(args.image, channel_order='rgb')
+    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    if cfg.default_scope == 'mmdet':
+        from mmdet.apis import inference_detector, init_detector
+        from mmdet.registry import VISUALIZERS
+        model = init_detector(cfg, args.checkpoint, device=args.device)
+        result = inference_detector(model, args.image)
+        visualizer = VISUALIZERS.build(model.cfg.visualizer)
+        visualizer.dataset_meta = model.dataset_meta
+        visualizer.add_datasample(
+            'result', image, data_sample=result, draw_gt=False,
+            pred_score_thr=args.score_thr, out_file=args.out)
+        n = int((result.pred_instances.scores >= args.score_thr).sum())
+        print(f'{n} objects with score >= {args.score_thr} drawn to '
+              f'{args.out}')
+    else:
+        from mmseg.apis import inference_model, init_model
+        from mmseg.registry import VISUALIZERS
+        model = init_model(cfg, args.checkpoint, device=args.device)
+        result = inference_model(model, args.image)
+        visualizer = VISUALIZERS.build(model.cfg.visualizer)
+        visualizer.dataset_meta = model.dataset_meta
+        visualizer.alpha = args.opacity
+        visualizer.add_datasample(
+            'result', image, data_sample=result, draw_gt=False,
+            out_file=args.out)
+        print(f'label map drawn to {args.out}')
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except (UserError, CheckpointError) as e:
+        fail(e)

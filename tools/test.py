@@ -1,0 +1,106 @@
+"""Test (and evaluate) a detector or segmentor with an mmdet or mmseg config.
+
+One script for both toolkits: the config's ``default_scope`` (``mmdet`` or
+``mmseg``) decides the registries. Arguments are those of mmdet's and mmseg's
+``tools/test.py``: for detection ``--out`` is a ``.pkl`` file of the raw
+predictions; for segmentation it is a directory of predicted label maps
+(PNG). ``--show-dir`` draws the predictions on the images.
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+from mmengine.config import DictAction  # noqa: E402
+
+from xcit_dense.checkpoint import CheckpointError  # noqa: E402
+from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
+                               check_checkpoint, check_inputs, fail,
+                               load_config, maybe_init_cpu_distributed)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='the dir to save logs and metrics')
+    parser.add_argument(
+        '--out', help='detection: .pkl file of the predictions; '
+        'segmentation: directory for the predicted label maps')
+    parser.add_argument(
+        '--show-dir', help='directory (inside the work dir) where images '
+        'with the predictions drawn are saved')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction, default={},
+        help='override settings in the config, key=value')
+    parser.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args()
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def enable_visualization(cfg, show_dir):
+    hook = cfg.default_hooks.get('visualization')
+    if hook is None:
+        raise UserError('--show-dir needs a visualization hook in '
+                        'default_hooks of the config.')
+    hook['draw'] = True
+    hook['interval'] = 1
+    if cfg.default_scope == 'mmdet':
+        hook['test_out_dir'] = show_dir
+    else:  # mmseg's hook saves through the visualizer
+        cfg.visualizer['save_dir'] = show_dir
+
+
+def main():
+    args = parse_args()
+    cfg = load_config(args.config, args.cfg_options)
+    cfg.launcher = args.launcher
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    check_checkpoint(args.checkpoint, 'checkpoint to test')
+    check_inputs(cfg, training=False)
+    cfg.load_from = args.checkpoint
+    # The trained weights are loaded whole; no pretrained import needed.
+    if cfg.model.get('backbone', {}).get('init_cfg'):
+        cfg.model.backbone.init_cfg = None
+
+    if args.show_dir:
+        enable_visualization(cfg, args.show_dir)
+    if args.out:
+        if cfg.default_scope == 'mmdet':
+            if not args.out.endswith(('.pkl', '.pickle')):
+                raise UserError('--out for detection must be a .pkl file, '
+                                f'got {args.out}')
+            from mmdet.evaluation import DumpDetResults  # noqa: F401
+            evaluators = cfg.test_evaluator if isinstance(
+                cfg.test_evaluator, list) else [cfg.test_evaluator]
+            cfg.test_evaluator = evaluators + [
+                dict(type='DumpDetResults', out_file_path=args.out)]
+        else:
+            cfg.test_evaluator['output_dir'] = args.out
+            cfg.test_evaluator['keep_results'] = True
+
+    adapt_to_machine(cfg)
+    maybe_init_cpu_distributed(cfg)
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
+        RUNNERS.build(cfg)
+    runner.test()
+
+
+if __name__ == '__main__':
+    try:
+        main()
+    except (UserError, CheckpointError) as e:
+        fail(e)

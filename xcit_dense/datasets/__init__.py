@@ -1,0 +1,1 @@
+"""Deterministic synthetic datasets for the embedded demos and the tests."""

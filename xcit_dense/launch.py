@@ -1,0 +1,158 @@
+"""What ``tools/train.py`` and ``tools/test.py`` share: loading a config,
+checking its inputs before anything is written, and fitting it to the
+machine (CPU-only machines, CPU multi-process training)."""
+import os.path as osp
+import sys
+from typing import Iterator, Optional, Tuple
+
+import torch
+from mmengine.config import Config, ConfigDict
+
+from .checkpoint import CheckpointError, read_checkpoint
+
+
+class UserError(Exception):
+    """A problem with the user's input, reported as one paragraph."""
+
+
+def fail(error: BaseException) -> None:
+    print(f'error: {error}', file=sys.stderr)
+    sys.exit(1)
+
+
+def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    if not osp.isfile(path):
+        raise UserError(f'Config file not found: {path}')
+    cfg = Config.fromfile(path)
+    if cfg_options:
+        cfg.merge_from_dict(cfg_options)
+    return cfg
+
+
+def _datasets(cfg) -> Iterator[Tuple[str, dict]]:
+    """(split, dataset config) of every dataloader, wrappers unwrapped."""
+    for split in ('train', 'val', 'test'):
+        loader = cfg.get(f'{split}_dataloader')
+        if not loader:
+            continue
+        stack = [loader.get('dataset')]
+        while stack:
+            ds = stack.pop()
+            if not ds:
+                continue
+            if 'dataset' in ds:
+                stack.append(ds['dataset'])
+            elif 'datasets' in ds:
+                stack.extend(ds['datasets'])
+            else:
+                yield split, ds
+
+
+def check_datasets(cfg, splits) -> None:
+    """Every annotation file and image / label directory must exist."""
+    for split, ds in _datasets(cfg):
+        if split not in splits:
+            continue
+        root = ds.get('data_root') or ''
+        where = (f'the {split} dataset ({ds.get("type")}, data_root='
+                 f'{root!r})')
+        hint = (f'Generate or download the data, or point the config at it, '
+                f'e.g. --cfg-options {split}_dataloader.dataset.data_root='
+                '/path/to/data')
+        if root and not osp.isdir(root):
+            raise UserError(f'The data root of {where} does not exist: '
+                            f'{root}. {hint}')
+        ann = ds.get('ann_file')
+        if ann:
+            path = ann if osp.isabs(ann) else osp.join(root, ann)
+            # mmseg's ann_file is optional and may name a split list.
+            if not osp.isfile(path):
+                raise UserError(f'The annotation file of {where} does not '
+                                f'exist: {path}. {hint}')
+        prefix = ds.get('data_prefix') or {}
+        for key, rel in prefix.items():
+            path = rel if osp.isabs(rel) else osp.join(root, rel)
+            if rel and not osp.isdir(path):
+                raise UserError(f'The {key} directory of {where} does not '
+                                f'exist: {path}. {hint}')
+
+
+def check_backbone(cfg) -> None:
+    """Validate an XCiT backbone config before anything is built."""
+    backbone = (cfg.get('model') or {}).get('backbone') or {}
+    if str(backbone.get('type', '')).split('.')[-1] != 'XCiT':
+        return
+    from .models.xcit import XCiT
+    try:
+        settings = XCiT.resolve_arch(
+            backbone.get('arch', 'small_12_p16'),
+            **{k: backbone.get(k) for k in ('patch_size', 'embed_dim',
+                                            'depth', 'num_heads', 'eta')})
+        XCiT.check_out_indices(backbone.get('out_indices'),
+                               settings['depth'])
+    except ValueError as e:
+        raise UserError(f'Bad backbone in the config (model.backbone): {e}')
+
+
+def check_checkpoint(path: str, what: str) -> None:
+    if not osp.isfile(path):
+        raise UserError(
+            f'The {what} does not exist: {path}. Pass a local file, e.g. '
+            '--cfg-options model.backbone.init_cfg.checkpoint=PATH (use '
+            'tools/convert_checkpoint.py for official, timm or DINO files).'
+            if 'pretrained' in what else
+            f'The {what} does not exist: {path}.')
+    try:
+        read_checkpoint(path)
+    except CheckpointError as e:
+        raise UserError(f'The {what} cannot be used: {e}')
+
+
+def check_inputs(cfg, training: bool) -> None:
+    """Fail early, before a work dir is written, on missing or bad inputs."""
+    check_backbone(cfg)
+    check_datasets(cfg, ('train', 'val') if training else ('test', ))
+    if training:
+        init = ((cfg.get('model') or {}).get('backbone') or {}).get(
+            'init_cfg') or {}
+        if init.get('type') == 'Pretrained':
+            check_checkpoint(init.get('checkpoint'), 'pretrained checkpoint')
+        if cfg.get('resume') and cfg.get('load_from'):
+            check_checkpoint(cfg.load_from, 'checkpoint to resume from')
+
+
+def adapt_to_machine(cfg) -> None:
+    """Fit a GPU recipe to a machine without one, saying what changed."""
+    if torch.cuda.is_available():
+        return
+    notes = []
+    wrapper = cfg.get('optim_wrapper') or {}
+    if wrapper.get('type') == 'AmpOptimWrapper':
+        wrapper['type'] = 'OptimWrapper'
+        wrapper.pop('loss_scale', None)
+        notes.append("fp32 training (mmengine's AmpOptimWrapper needs a GPU)")
+    if cfg.get('sync_bn'):
+        cfg.sync_bn = None
+        notes.append('BatchNorm instead of SyncBN')
+    env = cfg.setdefault('env_cfg', ConfigDict())
+    env.setdefault('dist_cfg', ConfigDict())['backend'] = 'gloo'
+    if cfg.get('launcher', 'none') != 'none':
+        # DDP over CPU processes takes no device_ids.
+        cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel')
+        notes.append('multi-process training over gloo')
+    if notes:
+        print(f'No GPU: {"; ".join(notes)}.', flush=True)
+
+
+def maybe_init_cpu_distributed(cfg) -> None:
+    """Start the gloo process group for CPU-only multi-process runs (mmengine
+    would call torch.cuda.set_device, which needs a GPU)."""
+    if cfg.get('launcher', 'none') != 'pytorch' or torch.cuda.is_available():
+        return
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo')
+
+
+__all__ = ['UserError', 'fail', 'load_config', 'check_inputs',
+           'adapt_to_machine', 'maybe_init_cpu_distributed']

@@ -18,7 +18,8 @@ from mmengine.config import DictAction  # noqa: E402
 from xcit_dense.checkpoint import CheckpointError  # noqa: E402
 from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
                                check_checkpoint, check_inputs, fail,
-                               load_config, maybe_init_cpu_distributed)
+                               finish_distributed, load_config,
+                               maybe_init_cpu_distributed)
 
 
 def parse_args():
@@ -97,6 +98,7 @@ def main():
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
         RUNNERS.build(cfg)
     runner.test()
+    finish_distributed()
 
 
 if __name__ == '__main__':

@@ -15,8 +15,8 @@ from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.checkpoint import CheckpointError  # noqa: E402
 from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
-                               check_inputs, fail, load_config,
-                               maybe_init_cpu_distributed)
+                               check_inputs, fail, finish_distributed,
+                               load_config, maybe_init_cpu_distributed)
 
 
 def parse_args():
@@ -99,6 +99,7 @@ def main():
     else:
         runner = RUNNERS.build(cfg)
     runner.train()
+    finish_distributed()
 
 
 if __name__ == '__main__':

@@ -23,9 +23,14 @@ def fail(error: BaseException) -> None:
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     if not osp.isfile(path):
         raise UserError(f'Config file not found: {path}')
-    cfg = Config.fromfile(path)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+    try:
+        cfg = Config.fromfile(path)
+        if cfg_options:
+            cfg.merge_from_dict(cfg_options)
+    except (TypeError, ValueError, KeyError, SyntaxError, ImportError,
+            FileNotFoundError) as e:
+        raise UserError(f'Cannot load the config {path}: '
+                        f'{type(e).__name__}: {e}') from e
     return cfg
 
 
@@ -137,8 +142,12 @@ def adapt_to_machine(cfg) -> None:
     env = cfg.setdefault('env_cfg', ConfigDict())
     env.setdefault('dist_cfg', ConfigDict())['backend'] = 'gloo'
     if cfg.get('launcher', 'none') != 'none':
-        # DDP over CPU processes takes no device_ids.
-        cfg.model_wrapper_cfg = dict(type='MMDistributedDataParallel')
+        # DDP over CPU processes takes no device_ids (mmengine's default
+        # passes LOCAL_RANK); otherwise as mmengine's default wrapper.
+        cfg.model_wrapper_cfg = dict(
+            type='MMDistributedDataParallel', device_ids=None,
+            broadcast_buffers=False,
+            find_unused_parameters=cfg.get('find_unused_parameters', False))
         notes.append('multi-process training over gloo')
     if notes:
         print(f'No GPU: {"; ".join(notes)}.', flush=True)
@@ -154,5 +163,14 @@ def maybe_init_cpu_distributed(cfg) -> None:
         dist.init_process_group(backend='gloo')
 
 
-__all__ = ['UserError', 'fail', 'load_config', 'check_inputs',
+def finish_distributed() -> None:
+    """Leave the process group cleanly (gloo may abort at interpreter exit
+    otherwise)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+__all__ = ['finish_distributed', 'UserError', 'fail', 'load_config', 'check_inputs',
            'adapt_to_machine', 'maybe_init_cpu_distributed']

@@ -3,8 +3,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_COCO := configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py
+DEMO_ADE20K := configs/ade20k/demo_upernet_xcit_nano_synthetic.py
 
-.PHONY: install demo demo-coco test
+.PHONY: install demo demo-coco demo-ade20k test
 
 install:
 	@VENV=$(VENV) bash tools/setup_env.sh
@@ -16,6 +17,12 @@ demo: demo-coco
 demo-coco: install
 	$(PY) tools/make_synthetic_data.py coco data/synthetic_coco
 	$(PY) tools/train.py $(DEMO_COCO) --work-dir work_dirs/demo_coco
+
+# The segmentation demo: UperNet XCiT-N12/16 on the synthetic ADE20K-format
+# dataset, reporting aAcc, mIoU and mAcc.
+demo-ade20k: install
+	$(PY) tools/make_synthetic_data.py ade20k data/synthetic_ade20k
+	$(PY) tools/train.py $(DEMO_ADE20K) --work-dir work_dirs/demo_ade20k
 
 test: install
 	$(PY) -m pytest tests

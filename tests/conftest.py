@@ -28,3 +28,12 @@ def tiny_coco(tmp_path_factory):
     root = tmp_path_factory.mktemp('synthetic_coco')
     make_synthetic_coco(str(root), num_train=8, num_val=4, seed=3)
     return root
+
+
+@pytest.fixture(scope='session')
+def tiny_ade20k(tmp_path_factory):
+    """A small synthetic ADE20K-format dataset, made once per test session."""
+    from xcit_dense.datasets.synthetic_ade20k import make_synthetic_ade20k
+    root = tmp_path_factory.mktemp('synthetic_ade20k')
+    make_synthetic_ade20k(str(root), num_train=8, num_val=4, seed=3)
+    return root

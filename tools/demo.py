@@ -16,6 +16,7 @@ import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.checkpoint import CheckpointError  # noqa: E402
+from xcit_dense.transforms import DataError  # noqa: E402
 from xcit_dense.launch import (UserError, check_checkpoint, fail,  # noqa
                                load_config)
 
@@ -76,5 +77,5 @@ def main():
 if __name__ == '__main__':
     try:
         main()
-    except (UserError, CheckpointError) as e:
+    except (UserError, CheckpointError, DataError) as e:
         fail(e)

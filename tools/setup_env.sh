@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 CONSTRAINTS=requirements/constraints.txt
 STAMP="$VENV/.xcit-dense-stack"
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip --disable-pip-version-check --progress-bar off)
+PIP=("$PY" -m pip --disable-pip-version-check)
 
 fingerprint=$(cat "$CONSTRAINTS" requirements/runtime.txt requirements/tests.txt setup.py | sha256sum | cut -c1-16)
 if [ -x "$PY" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$fingerprint" ] \

@@ -16,6 +16,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.checkpoint import CheckpointError  # noqa: E402
+from xcit_dense.transforms import DataError  # noqa: E402
 from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
                                check_checkpoint, check_inputs, fail,
                                finish_distributed, load_config,
@@ -70,10 +71,13 @@ def main():
                                 osp.splitext(osp.basename(args.config))[0])
     check_checkpoint(args.checkpoint, 'checkpoint to test')
     check_inputs(cfg, training=False)
-    cfg.load_from = args.checkpoint
-    # The trained weights are loaded whole; no pretrained import needed.
-    if cfg.model.get('backbone', {}).get('init_cfg'):
-        cfg.model.backbone.init_cfg = None
+    # The trained weights are loaded whole and strictly (below); no
+    # pretrained import needed.
+    cfg.load_from = None
+    tta = str(cfg.model.get('type', '')).endswith('TTAModel')
+    inner = cfg.model.module if tta else cfg.model
+    if inner.get('backbone', {}).get('init_cfg'):
+        inner.backbone.init_cfg = None
 
     if args.show_dir:
         enable_visualization(cfg, args.show_dir)
@@ -97,6 +101,10 @@ def main():
     from mmengine.runner import Runner
     runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
         RUNNERS.build(cfg)
+    # A test-time-augmentation model holds the trained one as `module`.
+    runner.load_checkpoint(
+        args.checkpoint, strict=True,
+        revise_keys=[(r'^module\.', '')] + ([(r'^', 'module.')] if tta else []))
     runner.test()
     finish_distributed()
 
@@ -104,5 +112,5 @@ def main():
 if __name__ == '__main__':
     try:
         main()
-    except (UserError, CheckpointError) as e:
+    except (UserError, CheckpointError, DataError) as e:
         fail(e)

@@ -14,6 +14,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.checkpoint import CheckpointError  # noqa: E402
+from xcit_dense.transforms import DataError  # noqa: E402
 from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
                                check_inputs, fail, finish_distributed,
                                load_config, maybe_init_cpu_distributed)
@@ -105,5 +106,5 @@ def main():
 if __name__ == '__main__':
     try:
         main()
-    except (UserError, CheckpointError) as e:
+    except (UserError, CheckpointError, DataError) as e:
         fail(e)

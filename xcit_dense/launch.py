@@ -16,7 +16,11 @@ class UserError(Exception):
 
 
 def fail(error: BaseException) -> None:
-    print(f'error: {error}', file=sys.stderr)
+    """Print a one-paragraph error and exit with status 1."""
+    message = str(error)
+    if 'Original Traceback' in message:  # raised in a DataLoader worker
+        message = message.strip().splitlines()[-1].split(': ', 1)[-1]
+    print(f'error: {message}', file=sys.stderr)
     sys.exit(1)
 
 
@@ -136,7 +140,7 @@ def adapt_to_machine(cfg) -> None:
         wrapper['type'] = 'OptimWrapper'
         wrapper.pop('loss_scale', None)
         notes.append("fp32 training (mmengine's AmpOptimWrapper needs a GPU)")
-    if cfg.get('sync_bn'):
+    if cfg.get('sync_bn') or _replace_syncbn(cfg.get('model')):
         cfg.sync_bn = None
         notes.append('BatchNorm instead of SyncBN')
     env = cfg.setdefault('env_cfg', ConfigDict())
@@ -151,6 +155,21 @@ def adapt_to_machine(cfg) -> None:
         notes.append('multi-process training over gloo')
     if notes:
         print(f'No GPU: {"; ".join(notes)}.', flush=True)
+
+
+def _replace_syncbn(node) -> bool:
+    """Turn every ``dict(type='SyncBN')`` below ``node`` into BatchNorm."""
+    found = False
+    if isinstance(node, dict):
+        if node.get('type') == 'SyncBN':
+            node['type'] = 'BN'
+            found = True
+        for value in node.values():
+            found |= _replace_syncbn(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            found |= _replace_syncbn(value)
+    return found
 
 
 def maybe_init_cpu_distributed(cfg) -> None:

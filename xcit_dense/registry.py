@@ -8,6 +8,7 @@ imports the ``locations`` below, which register the classes.
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
+from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
 MODELS = Registry(
@@ -17,3 +18,6 @@ OPTIM_WRAPPER_CONSTRUCTORS = Registry(
     'optimizer wrapper constructor',
     parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope='xcit_dense',
     locations=['xcit_dense.optim'])
+TRANSFORMS = Registry(
+    'transform', parent=MMENGINE_TRANSFORMS, scope='xcit_dense',
+    locations=['xcit_dense.transforms'])

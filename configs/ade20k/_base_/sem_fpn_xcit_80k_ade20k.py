@@ -1,0 +1,25 @@
+# Semantic FPN with an XCiT backbone on ADE20K, 80k iterations. Per-model
+# files change only the preset, the neck and head channels, drop path and eta.
+_base_ = [
+    'mmseg::_base_/models/fpn_r50.py',
+    './xcit_ade20k_recipe.py',
+    'mmseg::_base_/schedules/schedule_80k.py',
+]
+model = dict(
+    data_preprocessor=dict(size={{_base_.crop_size}}),
+    pretrained=None,
+    backbone={{_base_.xcit_backbone}},
+    # FPN neck: 4 outputs of embed_dim channels; FPN head: 128 channels
+    neck=dict(in_channels=[384, 384, 384, 384], out_channels=384,
+              num_outs=4),
+    decode_head=dict(in_channels=[384, 384, 384, 384], channels=128,
+                     num_classes=150,
+                     norm_cfg=dict(type='SyncBN', requires_grad=True)))
+
+optim_wrapper = {{_base_.xcit_optim_wrapper}}
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0,
+         end=1500),
+    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=1500,
+         end=80000),
+]

@@ -1,0 +1,35 @@
+# What the UperNet and Semantic FPN recipes share (facebookresearch/xcit
+# semantic segmentation configs): the XCiT backbone, ADE20K 512x512 crops, 16
+# images per batch in total (8 GPUs x 2), AdamW lr 6e-5 with weight decay
+# 0.01 except on norms, layer-scale gammas, XCA temperatures and the
+# positional encoder, poly decay (power 1, min lr 0) after a 1500-iteration
+# linear warm-up, single-scale whole-image test at (2048, 512).
+_base_ = [
+    'mmseg::_base_/datasets/ade20k.py',
+    'mmseg::_base_/default_runtime.py',
+]
+custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
+
+crop_size = (512, 512)
+# used as `backbone` and `optim_wrapper` by the recipes (replacing mmseg's)
+xcit_backbone = dict(
+    _delete_=True,
+    type='xcit_dense.XCiT',
+    arch='small_12_p16',
+    drop_path_rate=0.05,
+    eta=1.0,
+    init_cfg=dict(
+        type='Pretrained', checkpoint='pretrained/xcit_small_12_p16_224.pth'))
+
+train_dataloader = dict(batch_size=2, num_workers=2)
+
+xcit_optim_wrapper = dict(
+    _delete_=True,
+    type='OptimWrapper',
+    constructor='xcit_dense.NoDecayOptimWrapperConstructor',
+    optimizer=dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999),
+                   weight_decay=0.01),
+    paramwise_cfg=dict(norm_decay_mult=0.))
+# SyncBN in every BatchNorm when distributed on GPUs, as mmseg's heads
+# (tools/train.py keeps BatchNorm on CPU, where SyncBN cannot run).
+sync_bn = 'torch'

@@ -1,0 +1,10 @@
+# Semantic FPN XCiT-M24/16, 80k ADE20K. Published mIoU: 45.9
+# (facebookresearch/xcit semantic segmentation README).
+_base_ = './_base_/sem_fpn_xcit_80k_ade20k.py'
+
+model = dict(
+    backbone=dict(
+        arch='medium_24_p16', drop_path_rate=0.2, eta=1e-5,
+        init_cfg=dict(checkpoint='pretrained/xcit_medium_24_p16_224.pth')),
+    neck=dict(in_channels=[512] * 4, out_channels=512),
+    decode_head=dict(in_channels=[512] * 4))

@@ -1,0 +1,10 @@
+# Semantic FPN XCiT-M24/8, 80k ADE20K. Published mIoU: 46.9
+# (facebookresearch/xcit semantic segmentation README).
+_base_ = './_base_/sem_fpn_xcit_80k_ade20k.py'
+
+model = dict(
+    backbone=dict(
+        arch='medium_24_p8', drop_path_rate=0.2, eta=1e-5,
+        init_cfg=dict(checkpoint='pretrained/xcit_medium_24_p8_224.pth')),
+    neck=dict(in_channels=[512] * 4, out_channels=512),
+    decode_head=dict(in_channels=[512] * 4))

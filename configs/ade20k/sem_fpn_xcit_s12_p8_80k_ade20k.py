@@ -1,0 +1,10 @@
+# Semantic FPN XCiT-S12/8, 80k ADE20K. Published mIoU: 44.2
+# (facebookresearch/xcit semantic segmentation README).
+_base_ = './_base_/sem_fpn_xcit_80k_ade20k.py'
+
+model = dict(
+    backbone=dict(
+        arch='small_12_p8', drop_path_rate=0.05, eta=1.0,
+        init_cfg=dict(checkpoint='pretrained/xcit_small_12_p8_224.pth')),
+    neck=dict(in_channels=[384] * 4, out_channels=384),
+    decode_head=dict(in_channels=[384] * 4))

@@ -1,0 +1,10 @@
+# Semantic FPN XCiT-T12/16, 80k ADE20K. Published mIoU: 38.1
+# (facebookresearch/xcit semantic segmentation README).
+_base_ = './_base_/sem_fpn_xcit_80k_ade20k.py'
+
+model = dict(
+    backbone=dict(
+        arch='tiny_12_p16', drop_path_rate=0.0, eta=1.0,
+        init_cfg=dict(checkpoint='pretrained/xcit_tiny_12_p16_224.pth')),
+    neck=dict(in_channels=[192] * 4, out_channels=192),
+    decode_head=dict(in_channels=[192] * 4))

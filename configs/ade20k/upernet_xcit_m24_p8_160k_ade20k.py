@@ -1,0 +1,10 @@
+# UperNet XCiT-M24/8, 160k ADE20K. Published mIoU: 48.4
+# (facebookresearch/xcit semantic segmentation README).
+_base_ = './_base_/upernet_xcit_160k_ade20k.py'
+
+model = dict(
+    backbone=dict(
+        arch='medium_24_p8', drop_path_rate=0.15, eta=1e-5,
+        init_cfg=dict(checkpoint='pretrained/xcit_medium_24_p8_224.pth')),
+    decode_head=dict(in_channels=[512] * 4),
+    auxiliary_head=dict(in_channels=512))

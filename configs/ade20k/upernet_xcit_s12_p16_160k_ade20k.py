@@ -1,0 +1,10 @@
+# UperNet XCiT-S12/16, 160k ADE20K. Published mIoU: 45.9
+# (facebookresearch/xcit semantic segmentation README).
+_base_ = './_base_/upernet_xcit_160k_ade20k.py'
+
+model = dict(
+    backbone=dict(
+        arch='small_12_p16', drop_path_rate=0.05, eta=1.0,
+        init_cfg=dict(checkpoint='pretrained/xcit_small_12_p16_224.pth')),
+    decode_head=dict(in_channels=[384] * 4),
+    auxiliary_head=dict(in_channels=384))

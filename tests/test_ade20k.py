@@ -1,0 +1,146 @@
+"""ADE20K: every config builds, trains a step and infers a whole image of an
+awkward size; the demo trains and evaluates; tools/test.py writes predictions;
+bad data fails with the file's name."""
+import copy
+import re
+
+import cv2
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+from conftest import REPO, run_tool
+
+CONFIGS = sorted((REPO / 'configs' / 'ade20k').glob('*.py'))
+DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'
+
+
+def test_configs_found():
+    names = {p.name for p in CONFIGS}
+    assert {'upernet_xcit_s12.py', 'upernet_xcit_s12_ms_flip.py'} <= names
+    for short in ('t12', 's12', 's24', 'm24'):
+        for patch in (16, 8):
+            assert f'upernet_xcit_{short}_p{patch}_160k_ade20k.py' in names
+            assert f'sem_fpn_xcit_{short}_p{patch}_80k_ade20k.py' in names
+
+
+def _sample(h, w, num_classes):
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    sample = SegDataSample(metainfo=dict(
+        img_shape=(h, w), ori_shape=(h, w), pad_shape=(h, w)))
+    label = torch.randint(0, num_classes, (1, h, w))
+    label[:, :5] = 255
+    sample.gt_sem_seg = PixelData(data=label)
+    return sample
+
+
+@pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.name)
+def test_config_builds_trains_and_infers(path):
+    from mmseg.registry import MODELS
+    cfg = Config.fromfile(str(path))
+    assert cfg.default_scope == 'mmseg'
+    model_cfg = copy.deepcopy(cfg.model)
+    inner = model_cfg.module if 'module' in model_cfg else model_cfg
+    assert inner.backbone.type == 'xcit_dense.XCiT'
+    from xcit_dense import ARCH_SETTINGS
+    dim = ARCH_SETTINGS[inner.backbone.arch]['embed_dim']
+    head_in = inner.get('neck', inner.decode_head).in_channels
+    assert head_in == [dim] * 4
+    inner.backbone.update(depth=4, out_indices=(0, 1, 2, 3), init_cfg=None)
+    inner.data_preprocessor.size = (64, 96)
+    init_default_scope('mmseg')
+    model = MODELS.build(inner)
+    model.init_weights()
+    num_classes = model.decode_head.num_classes
+    # training step on crops
+    data = dict(inputs=[torch.randint(0, 255, (3, 64, 96), dtype=torch.uint8)
+                        for _ in range(2)],
+                data_samples=[_sample(64, 96, num_classes) for _ in range(2)])
+    model.train()
+    batch = model.data_preprocessor(data, training=True)
+    loss, _ = model.parse_losses(model(**batch, mode='loss'))
+    assert torch.isfinite(loss)
+    loss.backward()
+    # whole-image inference, non-square, not a multiple of 32
+    h, w = 75, 117
+    model.eval()
+    test = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)],
+                data_samples=[_sample(h, w, num_classes)])
+    assert model.test_cfg.mode == 'whole'
+    with torch.no_grad():
+        out = model.test_step(test)
+    assert out[0].pred_sem_seg.data.shape == (1, h, w)
+    assert out[0].seg_logits.data.shape == (num_classes, h, w)
+
+
+def _config(tmp_path, data_root, max_iters=4):
+    path = tmp_path / 'demo_tiny.py'
+    path.write_text(f"""
+_base_ = '{DEMO}'
+model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3)))
+train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                        dataset=dict(data_root='{data_root}'))
+val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root='{data_root}'))
+test_dataloader = val_dataloader
+train_cfg = dict(max_iters={max_iters}, val_interval={max_iters})
+param_scheduler = [dict(type='LinearLR', start_factor=0.1, by_epoch=False,
+                        begin=0, end=2)]
+default_hooks = dict(logger=dict(interval=1),
+                     checkpoint=dict(interval={max_iters}))
+""")
+    return path
+
+
+def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path):
+    cfg = _config(tmp_path, tiny_ade20k)
+    work = tmp_path / 'work'
+    proc = run_tool('tools/train.py', cfg, '--work-dir', work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert re.search(r'Iter\(train\) \[4/4\].*loss: [\d.]+', out)
+    for metric in ('aAcc', 'mIoU', 'mAcc'):
+        assert re.search(rf'{metric}: [\d.]+', out), metric
+    # tools/test.py writes label maps (--out) and drawings (--show-dir)
+    preds, show = tmp_path / 'preds', 'shown'
+    proc = run_tool('tools/test.py', cfg, work / 'iter_4.pth', '--work-dir',
+                    tmp_path / 'test', '--out', preds, '--show-dir', show)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    maps = sorted(preds.glob('*.png'))
+    assert len(maps) == 4
+    label = cv2.imread(str(maps[0]), cv2.IMREAD_UNCHANGED)
+    assert label.shape == (128, 128) and label.max() < 5
+    assert len(list((tmp_path / 'test').rglob(f'{show}/*.png'))) == 4
+
+
+def test_label_beyond_classes_names_file(tiny_ade20k, tmp_path):
+    import shutil
+    root = tmp_path / 'data'
+    shutil.copytree(tiny_ade20k, root)
+    bad = sorted((root / 'annotations' / 'training').glob('*.png'))[1]
+    label = cv2.imread(str(bad), cv2.IMREAD_UNCHANGED)
+    label[10:20, 10:20] = 9
+    cv2.imwrite(str(bad), label)
+    proc = run_tool('tools/train.py', _config(tmp_path, root), '--work-dir',
+                    tmp_path / 'work')
+    assert proc.returncode == 1
+    assert 'Traceback' not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert bad.name in message and 'label values [9]' in message, message
+    assert 'allowed: 0 (ignore) and 1..5' in message
+
+
+def test_missing_split_directory_names_it(tiny_ade20k, tmp_path):
+    import shutil
+    root = tmp_path / 'data'
+    shutil.copytree(tiny_ade20k, root)
+    shutil.rmtree(root / 'annotations' / 'validation')
+    proc = run_tool('tools/train.py', _config(tmp_path, root), '--work-dir',
+                    tmp_path / 'work')
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    message = proc.stderr.strip().splitlines()[-1]
+    assert re.search(r'seg_map_path directory .* does not exist: .*'
+                     r'annotations/validation', message), message
+    assert not (tmp_path / 'work').exists()

@@ -7,44 +7,31 @@ predictions; for segmentation it is a directory of predicted label maps
 (PNG). ``--show-dir`` draws the predictions on the images.
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmengine.config import DictAction  # noqa: E402
-
 from xcit_dense.checkpoint import CheckpointError  # noqa: E402
 from xcit_dense.transforms import DataError  # noqa: E402
 from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
-                               check_checkpoint, check_inputs, fail,
-                               finish_distributed, load_config,
-                               maybe_init_cpu_distributed)
+                               add_run_arguments, check_checkpoint,
+                               check_inputs, config_from_args, fail,
+                               finish_distributed, maybe_init_cpu_distributed)
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument('--work-dir', help='the dir to save logs and metrics')
     parser.add_argument(
         '--out', help='detection: .pkl file of the predictions; '
         'segmentation: directory for the predicted label maps')
     parser.add_argument(
         '--show-dir', help='directory (inside the work dir) where images '
         'with the predictions drawn are saved')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, default={},
-        help='override settings in the config, key=value')
-    parser.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    add_run_arguments(parser)
+    return parser.parse_args()
 
 
 def enable_visualization(cfg, show_dir):
@@ -56,19 +43,14 @@ def enable_visualization(cfg, show_dir):
     hook['interval'] = 1
     if cfg.default_scope == 'mmdet':
         hook['test_out_dir'] = show_dir
-    else:  # mmseg's hook saves through the visualizer
-        cfg.visualizer['save_dir'] = show_dir
+    else:  # mmseg's hook saves through the visualizer; like mmdet's
+        # test_out_dir, a relative show_dir lives in the work dir
+        cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, show_dir)
 
 
 def main():
     args = parse_args()
-    cfg = load_config(args.config, args.cfg_options)
-    cfg.launcher = args.launcher
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = config_from_args(args)
     check_checkpoint(args.checkpoint, 'checkpoint to test')
     check_inputs(cfg, training=False)
     # The trained weights are loaded whole and strictly (below); no
@@ -104,7 +86,8 @@ def main():
     # A test-time-augmentation model holds the trained one as `module`.
     runner.load_checkpoint(
         args.checkpoint, strict=True,
-        revise_keys=[(r'^module\.', '')] + ([(r'^', 'module.')] if tta else []))
+        revise_keys=[(r'^module\.', '')] + ([(r'^', 'module.')]
+                                            if tta else []))
     runner.test()
     finish_distributed()
 

@@ -5,25 +5,22 @@ One script for both toolkits: the config's ``default_scope`` (``mmdet`` or
 Arguments are those of mmdet's and mmseg's ``tools/train.py``.
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmengine.config import DictAction  # noqa: E402
-
 from xcit_dense.checkpoint import CheckpointError  # noqa: E402
 from xcit_dense.transforms import DataError  # noqa: E402
 from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
-                               check_inputs, fail, finish_distributed,
-                               load_config, maybe_init_cpu_distributed)
+                               add_run_arguments, check_inputs,
+                               config_from_args, fail, finish_distributed,
+                               maybe_init_cpu_distributed)
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config', help='train config file path')
-    parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument(
         '--amp', action='store_true', default=False,
         help='enable automatic-mixed-precision training')
@@ -34,32 +31,13 @@ def parse_args():
         '--resume', nargs='?', type=str, const='auto',
         help='resume from the given checkpoint, or, without a path, from '
         'the latest checkpoint in the work dir')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, default={},
-        help='override settings in the config, key=value, e.g. '
-        'model.backbone.init_cfg.checkpoint=pretrained/xcit.pth')
-    parser.add_argument(
-        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none', help='job launcher')
-    # torch.distributed.launch passes --local-rank / --local_rank
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args()
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    add_run_arguments(parser)
+    return parser.parse_args()
 
 
 def main():
     args = parse_args()
-    cfg = load_config(args.config, args.cfg_options)
-    cfg.launcher = args.launcher
-
-    # work_dir: command line > config > ./work_dirs/<config name>
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = config_from_args(args)
 
     if args.amp:
         wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')

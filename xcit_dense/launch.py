@@ -1,12 +1,14 @@
 """What ``tools/train.py`` and ``tools/test.py`` share: loading a config,
 checking its inputs before anything is written, and fitting it to the
 machine (CPU-only machines, CPU multi-process training)."""
+import argparse
+import os
 import os.path as osp
 import sys
 from typing import Iterator, Optional, Tuple
 
 import torch
-from mmengine.config import Config, ConfigDict
+from mmengine.config import Config, ConfigDict, DictAction
 
 from .checkpoint import CheckpointError, read_checkpoint
 
@@ -35,6 +37,36 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
             FileNotFoundError) as e:
         raise UserError(f'Cannot load the config {path}: '
                         f'{type(e).__name__}: {e}') from e
+    return cfg
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options train.py and test.py share, as in mmdet and mmseg."""
+    parser.add_argument('--work-dir',
+                        help='the dir to save logs, models and metrics')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction, default={},
+        help='override settings in the config, key=value, e.g. '
+        'model.backbone.init_cfg.checkpoint=pretrained/xcit.pth')
+    parser.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none', help='job launcher')
+    # torch.distributed.launch passes --local-rank / --local_rank
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Load ``args.config`` with the shared options applied; the work dir is
+    the command line's, else the config's, else
+    ``./work_dirs/<config name>``."""
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    cfg = load_config(args.config, args.cfg_options)
+    cfg.launcher = args.launcher
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
     return cfg
 
 
@@ -191,5 +223,5 @@ def finish_distributed() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ['finish_distributed', 'UserError', 'fail', 'load_config', 'check_inputs',
+__all__ = ['add_run_arguments', 'config_from_args', 'finish_distributed', 'UserError', 'fail', 'load_config', 'check_inputs',
            'adapt_to_machine', 'maybe_init_cpu_distributed']

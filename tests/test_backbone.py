@@ -122,10 +122,17 @@ def test_fourier_encoding_cached_and_exact():
     assert len(ours._features) == 3
     a = ours.fourier_features(7, 9, torch.device('cpu'))
     assert ours.fourier_features(7, 9, torch.device('cpu')) is a
+    assert ours.fourier_features(7, 9, torch.device('cpu'),
+                                 torch.bfloat16).dtype == torch.bfloat16
     small = CachedFourierEncoding(dim=8, cache_size=2)
     for n in range(1, 6):
         small(1, n, n)
     assert [k[:2] for k in small._features] == [(4, 4), (5, 5)]
+    # follows the weights' dtype
+    small.to(torch.float64)
+    ref64 = PositionalEncodingFourier(dim=8).to(torch.float64)
+    ref64.load_state_dict(small.state_dict())
+    assert torch.equal(small(1, 3, 4), ref64(1, 3, 4))
 
 
 def test_fourier_encoding_gets_gradient():

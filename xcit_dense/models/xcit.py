@@ -60,8 +60,8 @@ class CachedFourierEncoding(PositionalEncodingFourier):
     """timm's Fourier positional encoding, with its features cached per grid.
 
     The sine/cosine features depend only on the token grid, so they are
-    computed once per ``(H, W, device)`` and kept (the most recently used
-    ``cache_size`` grids); the learned 1x1 projection runs on every call so
+    computed once per grid size, device and dtype and kept (the most recently
+    used ``cache_size`` entries); the learned 1x1 projection runs on every call so
     gradients and weight updates are honoured. The output is identical to
     timm's, broadcast over the batch instead of copied.
     """
@@ -71,11 +71,11 @@ class CachedFourierEncoding(PositionalEncodingFourier):
         self.cache_size = cache_size
         self._features: 'OrderedDict[tuple, torch.Tensor]' = OrderedDict()
 
-    def fourier_features(self, H: int, W: int,
-                         device: torch.device) -> torch.Tensor:
-        """Un-projected encoding of an ``H x W`` grid, ``(1, 2*hidden, H, W)``
-        in float32."""
-        key = (H, W, device)
+    def fourier_features(self, H: int, W: int, device: torch.device,
+                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Un-projected encoding of an ``H x W`` grid, ``(1, 2*hidden, H, W)``,
+        computed in float32 as timm does and cast to ``dtype``."""
+        key = (H, W, device, dtype)
         feats = self._features.get(key)
         if feats is not None:
             self._features.move_to_end(key)
@@ -96,6 +96,7 @@ class CachedFourierEncoding(PositionalEncodingFourier):
                             dim=4).flatten(3)
         # channels-last memory, as timm computes it (same conv kernel path)
         feats = torch.cat((pos_y, pos_x), dim=3).permute(0, 3, 1, 2)
+        feats = feats.to(dtype)
         self._features[key] = feats
         if len(self._features) > self.cache_size:
             self._features.popitem(last=False)
@@ -103,9 +104,8 @@ class CachedFourierEncoding(PositionalEncodingFourier):
 
     def forward(self, B: int, H: int, W: int) -> torch.Tensor:
         weight = self.token_projection.weight
-        feats = self.fourier_features(H, W, weight.device)
-        pos = self.token_projection(feats.to(weight.dtype))
-        return pos.expand(B, -1, -1, -1)
+        feats = self.fourier_features(H, W, weight.device, weight.dtype)
+        return self.token_projection(feats).expand(B, -1, -1, -1)
 
 
 def _replace_batchnorm(module: nn.Module, norm_cfg: dict) -> None:

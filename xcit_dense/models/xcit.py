@@ -240,6 +240,8 @@ class XCiT(Xcit, BaseModule):
         # norm, head) and the blocks after the last tap are not used.
         self.prune_intermediate_layers(
             list(out_indices), prune_norm=True, prune_head=True)
+        self.cls_token = None  # timm < 1.0.31 keeps it when pruning the head
+        self.num_prefix_tokens = 0
         if use_pos_embed:
             self.pos_embed = CachedFourierEncoding(dim=self.embed_dim)
         _replace_batchnorm(self.patch_embed, self.norm_cfg)

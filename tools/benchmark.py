@@ -194,7 +194,8 @@ def plot(results, path):
         ax.set_xlabel('pixels (millions)')
         ax.set_ylabel(label)
         ax.grid(True, which='both', alpha=0.3)
-    ax_t.legend(fontsize=8)
+    if series:
+        ax_t.legend(fontsize=8)
     fig.suptitle('Inference, batch 1, fp32, CPU')
     fig.tight_layout()
     fig.savefig(path, dpi=120)

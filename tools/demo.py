@@ -15,10 +15,8 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
-from xcit_dense.checkpoint import CheckpointError  # noqa: E402
-from xcit_dense.transforms import DataError  # noqa: E402
-from xcit_dense.launch import (UserError, check_checkpoint, fail,  # noqa
-                               load_config)
+from xcit_dense.launch import (UserError, check_checkpoint,  # noqa: E402
+                               load_config, run_cli)
 
 
 def parse_args():
@@ -75,7 +73,4 @@ def main():
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except (UserError, CheckpointError, DataError) as e:
-        fail(e)
+    run_cli(main)

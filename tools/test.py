@@ -12,12 +12,9 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from xcit_dense.checkpoint import CheckpointError  # noqa: E402
-from xcit_dense.transforms import DataError  # noqa: E402
-from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
-                               add_run_arguments, check_checkpoint,
-                               check_inputs, config_from_args, fail,
-                               finish_distributed, maybe_init_cpu_distributed)
+from xcit_dense.launch import (UserError, add_run_arguments,  # noqa: E402
+                               build_runner, check_checkpoint, check_inputs,
+                               config_from_args, finish_distributed, run_cli)
 
 
 def parse_args():
@@ -68,7 +65,6 @@ def main():
             if not args.out.endswith(('.pkl', '.pickle')):
                 raise UserError('--out for detection must be a .pkl file, '
                                 f'got {args.out}')
-            from mmdet.evaluation import DumpDetResults  # noqa: F401
             evaluators = cfg.test_evaluator if isinstance(
                 cfg.test_evaluator, list) else [cfg.test_evaluator]
             cfg.test_evaluator = evaluators + [
@@ -77,12 +73,7 @@ def main():
             cfg.test_evaluator['output_dir'] = args.out
             cfg.test_evaluator['keep_results'] = True
 
-    adapt_to_machine(cfg)
-    maybe_init_cpu_distributed(cfg)
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
-    runner = Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
-        RUNNERS.build(cfg)
+    runner = build_runner(cfg)
     # A test-time-augmentation model holds the trained one as `module`.
     runner.load_checkpoint(
         args.checkpoint, strict=True,
@@ -93,7 +84,4 @@ def main():
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except (UserError, CheckpointError, DataError) as e:
-        fail(e)
+    run_cli(main)

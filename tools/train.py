@@ -10,12 +10,9 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from xcit_dense.checkpoint import CheckpointError  # noqa: E402
-from xcit_dense.transforms import DataError  # noqa: E402
-from xcit_dense.launch import (UserError, adapt_to_machine,  # noqa: E402
-                               add_run_arguments, check_inputs,
-                               config_from_args, fail, finish_distributed,
-                               maybe_init_cpu_distributed)
+from xcit_dense.launch import (UserError, add_run_arguments,  # noqa: E402
+                               build_runner, check_inputs, config_from_args,
+                               finish_distributed, run_cli)
 
 
 def parse_args():
@@ -68,21 +65,10 @@ def main():
         cfg.load_from = args.resume
 
     check_inputs(cfg, training=True)
-    adapt_to_machine(cfg)
-    maybe_init_cpu_distributed(cfg)
-
-    from mmengine.registry import RUNNERS
-    from mmengine.runner import Runner
-    if 'runner_type' not in cfg:
-        runner = Runner.from_cfg(cfg)
-    else:
-        runner = RUNNERS.build(cfg)
+    runner = build_runner(cfg)
     runner.train()
     finish_distributed()
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except (UserError, CheckpointError, DataError) as e:
-        fail(e)
+    run_cli(main)

@@ -11,6 +11,7 @@ import torch
 from mmengine.config import Config, ConfigDict, DictAction
 
 from .checkpoint import CheckpointError, read_checkpoint
+from .transforms import DataError
 
 
 class UserError(Exception):
@@ -214,6 +215,24 @@ def maybe_init_cpu_distributed(cfg) -> None:
         dist.init_process_group(backend='gloo')
 
 
+def build_runner(cfg):
+    """mmengine's Runner for ``cfg``, fitted to this machine first."""
+    adapt_to_machine(cfg)
+    maybe_init_cpu_distributed(cfg)
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+    return Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
+        RUNNERS.build(cfg)
+
+
+def run_cli(main) -> None:
+    """Run a tool's ``main``; bad input ends it with one paragraph."""
+    try:
+        main()
+    except (UserError, CheckpointError, DataError) as e:
+        fail(e)
+
+
 def finish_distributed() -> None:
     """Leave the process group cleanly (gloo may abort at interpreter exit
     otherwise)."""
@@ -223,5 +242,5 @@ def finish_distributed() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ['add_run_arguments', 'config_from_args', 'finish_distributed', 'UserError', 'fail', 'load_config', 'check_inputs',
+__all__ = ['add_run_arguments', 'build_runner', 'config_from_args', 'finish_distributed', 'run_cli', 'UserError', 'fail', 'load_config', 'check_inputs',
            'adapt_to_machine', 'maybe_init_cpu_distributed']

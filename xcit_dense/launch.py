@@ -124,10 +124,10 @@ def check_backbone(cfg) -> None:
     backbone = (cfg.get('model') or {}).get('backbone') or {}
     if str(backbone.get('type', '')).split('.')[-1] != 'XCiT':
         return
-    from .models.xcit import XCiT
+    from .models.xcit import DEFAULT_ARCH, XCiT
     try:
         settings = XCiT.resolve_arch(
-            backbone.get('arch', 'small_12_p16'),
+            backbone.get('arch', DEFAULT_ARCH),
             **{k: backbone.get(k) for k in ('patch_size', 'embed_dim',
                                             'depth', 'num_heads', 'eta')})
         XCiT.check_out_indices(backbone.get('out_indices'),
@@ -242,5 +242,9 @@ def finish_distributed() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ['add_run_arguments', 'build_runner', 'config_from_args', 'finish_distributed', 'run_cli', 'UserError', 'fail', 'load_config', 'check_inputs',
-           'adapt_to_machine', 'maybe_init_cpu_distributed']
+__all__ = [
+    'UserError', 'add_run_arguments', 'adapt_to_machine', 'build_runner',
+    'check_checkpoint', 'check_inputs', 'config_from_args', 'fail',
+    'finish_distributed', 'load_config', 'maybe_init_cpu_distributed',
+    'run_cli'
+]

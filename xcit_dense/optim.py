@@ -32,9 +32,9 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         module = model.module if hasattr(model, 'module') else model
+        no_decay = no_weight_decay_params(module)
         self._no_decay = {
-            id(p) for name, p in module.named_parameters()
-            if name in no_weight_decay_params(module)
+            id(p) for name, p in module.named_parameters() if name in no_decay
         }
         # Per-parameter groups are needed even without other paramwise rules.
         self.paramwise_cfg = dict(self.paramwise_cfg or {})

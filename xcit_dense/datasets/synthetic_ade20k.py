@@ -8,7 +8,6 @@ Layout as ADE20K: ``images/{training,validation}/*.jpg`` and
 stripes, and a few discs, squares and triangles in random colours. The same
 ``seed`` always gives the same files.
 """
-import json
 import os
 import os.path as osp
 from typing import Dict
@@ -16,11 +15,10 @@ from typing import Dict
 import cv2
 import numpy as np
 
-from .synthetic_coco import _background, _read_json, _shape
+from . import generate_once
+from .synthetic_coco import _background, _shape
 
 CLASSES = ('background', 'disc', 'square', 'triangle', 'stripes')
-PALETTE = [[120, 120, 120], [220, 20, 60], [0, 128, 255], [60, 180, 75],
-           [255, 200, 0]]
 VERSION = 1
 _SHAPES = {2: 'circle', 3: 'square', 4: 'triangle'}
 
@@ -54,23 +52,24 @@ def make_synthetic_ade20k(out_dir: str, num_train: int = 300,
                           num_val: int = 60, seed: int = 0,
                           size=(128, 128)) -> Dict[str, str]:
     """Write both splits (skipped when already there with these settings)."""
-    stamp = osp.join(out_dir, 'settings.json')
     settings = dict(version=VERSION, num_train=num_train, num_val=num_val,
                     seed=seed, size=list(size))
     splits = dict(training=(num_train, seed), validation=(num_val, seed + 1))
-    if _read_json(stamp) == settings:
-        return {s: osp.join(out_dir, 'images', s) for s in splits}
-    for split, (num, split_seed) in splits.items():
-        rng = np.random.default_rng(split_seed)
-        for sub in ('images', 'annotations'):
-            os.makedirs(osp.join(out_dir, sub, split), exist_ok=True)
-        for i in range(num):
-            img, label = make_sample(rng, *size)
-            name = f'{split[:5]}_{i:05d}'
-            cv2.imwrite(osp.join(out_dir, 'images', split, name + '.jpg'),
-                        img, [cv2.IMWRITE_JPEG_QUALITY, 95])
-            cv2.imwrite(osp.join(out_dir, 'annotations', split,
-                                 name + '.png'), label)
-    with open(stamp, 'w') as f:
-        json.dump(settings, f)
+
+    def write():
+        for split, (num, split_seed) in splits.items():
+            rng = np.random.default_rng(split_seed)
+            for sub in ('images', 'annotations'):
+                os.makedirs(osp.join(out_dir, sub, split), exist_ok=True)
+            for i in range(num):
+                img, label = make_sample(rng, *size)
+                name = f'{split[:5]}_{i:05d}'
+                cv2.imwrite(osp.join(out_dir, 'images', split, name + '.jpg'),
+                            img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+                cv2.imwrite(osp.join(out_dir, 'annotations', split,
+                                     name + '.png'), label)
+
+    generate_once(out_dir, settings, write,
+                  [osp.join(out_dir, sub, s) for s in splits
+                   for sub in ('images', 'annotations')])
     return {s: osp.join(out_dir, 'images', s) for s in splits}

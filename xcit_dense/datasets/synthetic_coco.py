@@ -9,11 +9,13 @@ gives the same files.
 import json
 import os
 import os.path as osp
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import cv2
 import numpy as np
 from shapely.geometry import Polygon
+
+from . import generate_once
 
 CLASSES = ('circle', 'square', 'triangle')
 VERSION = 1  # bump when the generator changes
@@ -107,27 +109,17 @@ def make_synthetic_coco(out_dir: str, num_train: int = 400,
                         size=(128, 128)) -> Dict[str, str]:
     """Generate the train and val splits (skipped when already there with
     the same settings)."""
-    stamp = osp.join(out_dir, 'settings.json')
     settings = dict(version=VERSION, num_train=num_train, num_val=num_val,
                     seed=seed, size=list(size))
     files = dict(train=osp.join(out_dir, 'annotations', 'train.json'),
                  val=osp.join(out_dir, 'annotations', 'val.json'))
-    if _read_json(stamp) == settings and all(map(osp.isfile,
-                                                 files.values())):
-        return files
-    make_split(out_dir, 'train', num_train, seed, size)
-    make_split(out_dir, 'val', num_val, seed + 1, size)
-    with open(stamp, 'w') as f:
-        json.dump(settings, f)
+
+    def write():
+        make_split(out_dir, 'train', num_train, seed, size)
+        make_split(out_dir, 'val', num_val, seed + 1, size)
+
+    generate_once(out_dir, settings, write, files.values())
     return files
-
-
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 __all__ = ['CLASSES', 'make_synthetic_coco', 'make_split', 'make_image']

@@ -52,6 +52,7 @@ ARCH_SETTINGS: Dict[str, dict] = {
     for name, (dim, depth, heads, eta) in _SIZES.items()
     for patch in (16, 8)
 }
+DEFAULT_ARCH = 'small_12_p16'
 # Blocks tapped for the four pyramid levels (published detection configs).
 DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
 
@@ -172,7 +173,7 @@ class XCiT(Xcit, BaseModule):
     out_strides: Tuple[int, ...] = (4, 8, 16, 32)
 
     def __init__(self,
-                 arch: Optional[str] = 'small_12_p16',
+                 arch: Optional[str] = DEFAULT_ARCH,
                  patch_size: Optional[int] = None,
                  embed_dim: Optional[int] = None,
                  depth: Optional[int] = None,

@@ -21,17 +21,20 @@ The module imports neither mmdet nor mmsegmentation; both build it through the
 """
 import math
 from collections import OrderedDict
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmcv.cnn import build_norm_layer
 from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from timm.models.xcit import PositionalEncodingFourier, Xcit
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.checkpoint import checkpoint
 
 from ..registry import MODELS
+from . import kernels
 
 # name: (embed_dim, depth, num_heads, eta), as in timm's ``xcit_<name>_p*``
 # entry points and the XCiT paper (Table 1).
@@ -55,6 +58,37 @@ ARCH_SETTINGS: Dict[str, dict] = {
 DEFAULT_ARCH = 'small_12_p16'
 # Blocks tapped for the four pyramid levels (published detection configs).
 DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
+
+
+def _is_exact_gelu(module: Optional[nn.Module]) -> bool:
+    return isinstance(module, nn.GELU) and module.approximate == 'none'
+
+
+def _fold_batchnorm(
+        weight: torch.Tensor, bias: Optional[torch.Tensor], norm: nn.Module
+) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """Weight and bias of ``norm(conv(x))`` as one convolution, for a
+    BatchNorm that uses running statistics (eval mode); ``None`` otherwise.
+    ``weight`` has output channels first."""
+    if not isinstance(norm, _BatchNorm) or norm.training or \
+            norm.running_var is None:
+        return None
+    scale = torch.rsqrt(norm.running_var + norm.eps)
+    if norm.weight is not None:
+        scale = scale * norm.weight
+    shift = -norm.running_mean * scale
+    if norm.bias is not None:
+        shift = shift + norm.bias
+    if bias is not None:
+        shift = shift + bias * scale
+    return weight * scale.view(-1, *([1] * (weight.dim() - 1))), shift
+
+
+def _tokens_to_nchw(x: torch.Tensor, H: int, W: int) -> torch.Tensor:
+    B, _, C = x.shape
+    out = x.new_empty(B, C, H, W)
+    out.view(B, C, H * W).copy_(x.transpose(1, 2))
+    return out
 
 
 class CachedFourierEncoding(PositionalEncodingFourier):
@@ -102,6 +136,18 @@ class CachedFourierEncoding(PositionalEncodingFourier):
         if len(self._features) > self.cache_size:
             self._features.popitem(last=False)
         return feats
+
+    def tokens(self, H: int, W: int) -> torch.Tensor:
+        """The encoding as (1, H * W, dim) tokens (the 1x1 projection as a
+        matrix product on channels-last features)."""
+        proj = self.token_projection
+        if torch.compiler.is_compiling():  # traced: no Python-side cache
+            pos = PositionalEncodingFourier.forward(self, 1, H, W)
+            return pos.flatten(2).transpose(1, 2)
+        feats = self.fourier_features(H, W, proj.weight.device,
+                                      proj.weight.dtype)
+        feats = feats.permute(0, 2, 3, 1).reshape(1, H * W, -1)
+        return F.linear(feats, proj.weight.flatten(1), proj.bias)
 
     def forward(self, B: int, H: int, W: int) -> torch.Tensor:
         weight = self.token_projection.weight
@@ -163,6 +209,10 @@ class XCiT(Xcit, BaseModule):
             Defaults to False.
         with_cp (bool): Gradient checkpointing of the blocks: less memory,
             same gradients, more compute. Defaults to False.
+        compile_cfg (bool | dict, optional): Compile the backbone's forward
+            with ``torch.compile`` on its first call: ``True`` for the
+            defaults or a dict of ``torch.compile`` arguments (``mode``,
+            ``dynamic``, ``backend``, ...). Defaults to None (eager).
         init_cfg (dict, optional): mmengine initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see
@@ -191,6 +241,7 @@ class XCiT(Xcit, BaseModule):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
+                 compile_cfg: Union[bool, dict, None] = None,
                  init_cfg: Optional[dict] = None):
         settings = self.resolve_arch(
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
@@ -202,6 +253,11 @@ class XCiT(Xcit, BaseModule):
                 f'frozen_stages must be in [-1, {out_indices[-1] + 1}] (-1: '
                 f'none, 0: stem, k: stem and the first k blocks), got '
                 f'{frozen_stages!r}')
+        if compile_cfg is not None and not isinstance(compile_cfg,
+                                                      (bool, dict)):
+            raise ValueError(
+                f'compile_cfg must be None, a bool or a dict of '
+                f'torch.compile arguments, got {type(compile_cfg).__name__}')
         if init_cfg is not None and not isinstance(init_cfg, dict):
             raise ValueError(f'init_cfg must be a dict or None, got '
                              f'{type(init_cfg).__name__}')
@@ -258,6 +314,9 @@ class XCiT(Xcit, BaseModule):
             for level, stride in enumerate(self.out_strides, start=1)
         ]
         self.set_grad_checkpointing(with_cp)
+        if compile_cfg is True:
+            compile_cfg = {}
+        self.compile_cfg = dict(compile_cfg) if compile_cfg else None
         self._freeze_stages()
 
     # ------------------------------------------------------------ arguments
@@ -339,21 +398,228 @@ class XCiT(Xcit, BaseModule):
                 for level in range(1, len(self.out_strides) + 1)]
 
     # ------------------------------------------------------------ forward
+    # The forward pass computes what timm's blocks and the published pyramid
+    # compute (``forward_reference``), with fewer memory passes: tokens stay
+    # (B, N, C) = channels-last throughout (depth-wise convolutions and norms
+    # run on channels-last views, no NCHW round trips), layer-scale gammas and
+    # eval-mode BatchNorms are folded into the adjacent weights, the XCA
+    # attention is folded into the output projection, transposed 2x2
+    # convolutions are token GEMMs plus one pixel shuffle, and fp32 CPU
+    # inference uses oneDNN kernels with fused GELU / residual epilogues
+    # (:mod:`xcit_dense.models.kernels`).
+    def _fused(self, x: torch.Tensor) -> bool:
+        return not self.training and kernels.fused_kernels_available(x)
+
+    def _stem(self, x: torch.Tensor) -> Tuple[torch.Tensor, int, int]:
+        """Convolutional patch embedding; returns (B, N, C) tokens."""
+        fused = self._fused(x)
+        x = x.contiguous(memory_format=torch.channels_last)
+        layers = list(self.patch_embed.proj)
+        i = 0
+        while i < len(layers):
+            conv, norm = layers[i]
+            act_layer = layers[i + 1] if i + 1 < len(layers) else None
+            act = 'gelu' if _is_exact_gelu(act_layer) else None
+            folded = _fold_batchnorm(conv.weight, conv.bias, norm)
+            if folded is None:
+                x = norm(conv(x))
+                act = None
+            else:
+                x = kernels.conv2d(x, *folded, conv.stride, conv.padding,
+                                   conv.groups, act=act, fused=fused)
+            if act_layer is not None and act is None:
+                x = act_layer(x)
+            i += 2
+        B, C, H, W = x.shape
+        # channels-last NCHW is (B, H, W, C) in memory: a view, no copy
+        return x.permute(0, 2, 3, 1).reshape(B, H * W, C), H, W
+
+    def _block(self, blk: nn.Module, x: torch.Tensor, H: int,
+               W: int) -> torch.Tensor:
+        """One timm ``XCABlock`` on (B, N, C) tokens."""
+        fused = self._fused(x)
+        B, N, C = x.shape
+        heads = blk.attn.num_heads
+
+        # Cross-covariance attention: softmax(q^T k / (|q||k|) * t) per
+        # head, applied to v and projected. The (C x C) product of the
+        # block-diagonal attention and the projection is formed first, so the
+        # N-long token matrix is multiplied once instead of twice.
+        attn = blk.attn
+        qkv = kernels.linear(blk.norm1(x), attn.qkv.weight, attn.qkv.bias,
+                             fused=fused).view(B, N, 3, heads, C // heads)
+        q = qkv[:, :, 0].permute(0, 2, 3, 1)  # (B, heads, d, N)
+        k = qkv[:, :, 1].permute(0, 2, 1, 3)  # (B, heads, N, d)
+        v = qkv[:, :, 2].flatten(2)  # (B, N, C), a strided view
+        # L2 norms of the q and k channels over the tokens (F.normalize's
+        # eps), as one reduction along the contiguous token axis.
+        qk_norm = qkv[:, :, :2].flatten(2).square().sum(dim=1).sqrt()
+        qk_norm = qk_norm.clamp_min(1e-12).view(B, 2, heads, C // heads)
+        logits = (q @ k) / (qk_norm[:, 0].unsqueeze(-1) *
+                            qk_norm[:, 1].unsqueeze(-2))
+        a = attn.attn_drop((logits * attn.temperature).softmax(dim=-1))
+        proj_w = attn.proj.weight * blk.gamma1.unsqueeze(1)  # layer scale
+        mix = torch.einsum('bhij,ohi->bhjo', a,
+                           proj_w.view(C, heads, C // heads))
+        mix = mix.reshape(B, C, C)
+        proj_b = attn.proj.bias * blk.gamma1
+        y = torch.baddbmm(proj_b, v, mix)
+        x = x + blk.drop_path1(attn.proj_drop(y))
+
+        # Local patch interaction on a channels-last view of the tokens.
+        lpi = blk.local_mp
+        y = blk.norm3(x).view(B, H, W, C).permute(0, 3, 1, 2)
+        act = 'gelu' if _is_exact_gelu(lpi.act) else None
+        y = kernels.conv2d(y, lpi.conv1.weight, lpi.conv1.bias,
+                           lpi.conv1.stride, lpi.conv1.padding,
+                           lpi.conv1.groups, act=act, fused=fused)
+        if act is None:
+            y = lpi.act(y)
+        y = lpi.bn(y)
+        g3 = blk.gamma3
+        w2, b2 = lpi.conv2.weight * g3.view(-1, 1, 1, 1), lpi.conv2.bias * g3
+        conv2 = (lpi.conv2.stride, lpi.conv2.padding, lpi.conv2.groups)
+        if fused:  # eval mode: dropout and drop-path are identities
+            x_map = x.view(B, H, W, C).permute(0, 3, 1, 2)
+            y = kernels.conv2d(y, w2, b2, *conv2, residual=x_map, fused=True)
+            x = y.permute(0, 2, 3, 1).reshape(B, N, C)
+        else:
+            y = kernels.conv2d(y, w2, b2, *conv2)
+            x = x + blk.drop_path3(y.permute(0, 2, 3, 1).reshape(B, N, C))
+
+        # MLP
+        mlp = blk.mlp
+        act = 'gelu' if _is_exact_gelu(mlp.act) else None
+        y = kernels.linear(blk.norm2(x), mlp.fc1.weight, mlp.fc1.bias,
+                           act=act, fused=fused)
+        if act is None:
+            y = mlp.act(y)
+        y = mlp.norm(mlp.drop1(y))
+        g2 = blk.gamma2
+        w2, b2 = mlp.fc2.weight * g2.unsqueeze(1), mlp.fc2.bias * g2
+        if fused:  # eval mode: dropout and drop-path are identities
+            return kernels.linear(y, w2, b2, residual=x, fused=True)
+        return x + blk.drop_path2(mlp.drop2(kernels.linear(y, w2, b2)))
+
+    def forward_tokens(
+            self, x: torch.Tensor) -> Tuple[List[torch.Tensor], int, int]:
+        """Outputs of the blocks in ``out_indices`` as (B, N, C) tokens, and
+        the token grid height and width."""
+        x, H, W = self._stem(x)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed.tokens(H, W)
+        x = self.pos_drop(x)
+        taps = []
+        checkpointing = self.grad_checkpointing and torch.is_grad_enabled()
+        for i, blk in enumerate(self.blocks):
+            if checkpointing:
+                x = checkpoint(self._block, blk, x, H, W, use_reentrant=False)
+            else:
+                x = self._block(blk, x, H, W)
+            if i in self.out_indices:
+                taps.append(x)
+        return taps, H, W
+
     def forward_taps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Outputs of the blocks in ``out_indices`` as NCHW token maps."""
-        return self.forward_intermediates(
-            x, indices=list(self.out_indices), stop_early=True,
-            intermediates_only=True)
+        taps, H, W = self.forward_tokens(x)
+        return [_tokens_to_nchw(t, H, W) for t in taps]
+
+    def _resample(self, resampler: nn.Module, x: torch.Tensor, H: int,
+                  W: int) -> torch.Tensor:
+        """Apply a pyramid resampler to (B, N, C) tokens; NCHW result."""
+        if not isinstance(resampler, nn.Sequential):  # Identity / MaxPool2d
+            return resampler(_tokens_to_nchw(x, H, W))
+        fused = self._fused(x)
+        B, C = x.shape[0], x.shape[-1]
+        layers = list(resampler)
+        for i in range(0, len(layers), 3):
+            up = layers[i]
+            weight, bias = up.weight, up.bias  # (C_in, C_out, 2, 2)
+            last = i + 1 == len(layers)
+            folded, act = None, None
+            if not last:
+                norm, act_layer = layers[i + 1], layers[i + 2]
+                folded = _fold_batchnorm(weight.transpose(0, 1), bias, norm)
+                act = 'gelu' if folded is not None and _is_exact_gelu(
+                    act_layer) else None
+            if folded is not None:
+                weight, bias = folded[0].transpose(0, 1), folded[1]
+            if last:  # rows (C_out, ky, kx): the pixel shuffle yields NCHW
+                w_mat = weight.flatten(1).t()
+                b_vec = bias.repeat_interleave(4)
+            else:  # rows (ky, kx, C_out): the pixel shuffle yields NHWC
+                w_mat = weight.permute(2, 3, 1, 0).reshape(-1, C)
+                b_vec = bias.repeat(4)
+            y = kernels.linear(x, w_mat, b_vec, act=act, fused=fused)
+            # pixel shuffle, written into a fresh tensor (much faster on CPU
+            # than ``.reshape`` of the permuted view)
+            if last:
+                out = y.new_empty(B, C, 2 * H, 2 * W)
+                out.view(B, C, H, 2, W, 2).copy_(
+                    y.view(B, H, W, C, 2, 2).permute(0, 3, 1, 4, 2, 5))
+                return out
+            x = y.new_empty(B, 4 * H * W, C)
+            x.view(B, H, 2, W, 2, C).copy_(
+                y.view(B, H, W, 2, 2, C).permute(0, 1, 3, 2, 4, 5))
+            H, W = 2 * H, 2 * W
+            if folded is None:  # norm and activation as modules
+                y = layers[i + 1](x.view(B, H, W, C).permute(0, 3, 1, 2))
+                y = layers[i + 2](y)
+                x = y.permute(0, 2, 3, 1).reshape(B, H * W, C)
+            elif act is None:
+                x = layers[i + 2](x)
+        raise AssertionError('unreachable: resampler ends with a transposed '
+                             'convolution')
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        if self.compile_cfg is not None and \
+                not torch.compiler.is_compiling():
+            compiled = self.__dict__.get('_compiled_forward')
+            if compiled is None:  # compiled lazily, on the first call
+                compiled = torch.compile(type(self)._forward_pyramid,
+                                         **self.compile_cfg)
+                self.__dict__['_compiled_forward'] = compiled
+            return compiled(self, x)
+        return self._forward_pyramid(x)
+
+    def _forward_pyramid(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         H, W = x.shape[-2:]
+        taps, Hp, Wp = self.forward_tokens(x)
         outs = []
-        for tap, resample, stride in zip(
-                self.forward_taps(x), self.resamplers, self.out_strides):
-            y = resample(tap)
+        for tap, resampler, stride in zip(taps, self.resamplers,
+                                          self.out_strides):
+            y = self._resample(resampler, tap, Hp, Wp)
             # Up-sampled maps of a size that is not a multiple of the patch
             # cover a little more than the image: keep ceil(H / stride).
             outs.append(y[..., :-(-H // stride), :-(-W // stride)])
+        return tuple(outs)
+
+    def forward_reference(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """The published design computed the straightforward way: timm's
+        patch embedding and ``XCABlock.forward`` (unfused XCA, NCHW round
+        trips in LPI), the positional encoding recomputed on every call, taps
+        reshaped to NCHW, and the pyramid modules called as they are. Same
+        parameters and outputs as :meth:`forward`; kept as the baseline of
+        the tests and of ``tools/benchmark.py``."""
+        H, W = x.shape[-2:]
+        B = x.shape[0]
+        x, (Hp, Wp) = self.patch_embed(x)
+        if self.pos_embed is not None:
+            pos = PositionalEncodingFourier.forward(self.pos_embed, B, Hp, Wp)
+            x = x + pos.reshape(B, -1, x.shape[1]).permute(0, 2, 1)
+        x = self.pos_drop(x)
+        outs = []
+        for i, blk in enumerate(self.blocks):
+            if self.grad_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(blk, x, Hp, Wp, use_reentrant=False)
+            else:
+                x = blk(x, Hp, Wp)
+            if i in self.out_indices:
+                stride = self.out_strides[len(outs)]
+                tap = x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2).contiguous()
+                y = self.resamplers[len(outs)](tap)
+                outs.append(y[..., :-(-H // stride), :-(-W // stride)])
         return tuple(outs)
 
     # ------------------------------------------------------------ training

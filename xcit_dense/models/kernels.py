@@ -1,22 +1,23 @@
-"""Linear and convolution calls with fused epilogues, and their fall-backs.
+"""Linear and convolution calls on oneDNN, with fused epilogues.
 
-For fp32 inference on CPU (no autograd, no autocast, not being traced by
-``torch.compile``) the XCiT forward pass uses oneDNN's fused primitives -- the
-ones Inductor itself emits for CPU, ``torch.ops.mkldnn._linear_pointwise`` and
-``torch.ops.mkldnn._convolution_pointwise`` -- so that ``act(x W^T + b)`` or
-``x W^T + b + residual`` is one kernel. oneDNN's fp32 GEMM is also faster than
-the BLAS call behind ``F.linear`` for the token-matrix shapes of XCiT (measured
-in the README's benchmark section). The arithmetic is the same; outputs differ
-from the unfused operators only by float rounding (tested to 1e-4).
+For fp32 on CPU (outside autocast and ``torch.compile``) the XCiT forward pass
+uses oneDNN's primitives -- the ones Inductor itself emits for CPU,
+``torch.ops.mkldnn._linear_pointwise`` and ``_convolution_pointwise``. Their
+fp32 GEMM is faster than the BLAS call behind ``F.linear`` for XCiT's
+token-matrix shapes (forward and input gradient; ``torch.mm`` stays faster for
+the weight gradient), and in inference they compute ``act(x W^T + b)`` or
+``x W^T + b + residual`` as one kernel. The arithmetic is the same; outputs
+differ from the standard operators only by float rounding (tested to 1e-4).
 
-Everywhere else (training, autocast, ``torch.compile``, CUDA, other dtypes) the
-same functions run ordinary ``F.linear`` / ``F.conv2d`` and element-wise ops,
-so autograd, autocast and compilers see standard operators.
+Everywhere else (autocast, ``torch.compile``, CUDA, other dtypes) the same
+functions run ``F.linear`` / ``F.conv2d`` and element-wise ops, so autograd,
+autocast and compilers see standard operators.
 """
 from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 _ONEDNN_OPS = (torch.backends.mkldnn.is_available()
                and hasattr(torch.ops.mkldnn, '_linear_pointwise')
@@ -24,30 +25,47 @@ _ONEDNN_OPS = (torch.backends.mkldnn.is_available()
 _enabled = True
 
 ACTIVATIONS = (None, 'gelu')
+#: ``'fused'``: oneDNN GEMMs and convolutions with fused epilogues (fp32 CPU
+#: inference); ``'onednn'``: oneDNN GEMMs with autograd (fp32 CPU training);
+#: ``'torch'``: standard operators.
+BACKENDS = ('fused', 'onednn', 'torch')
 
 
 def set_fused_kernels(enabled: bool) -> None:
-    """Switch the oneDNN fused kernels on or off globally (on by default);
-    off, every call takes the plain PyTorch path."""
+    """Switch the oneDNN kernels on or off globally (on by default); off,
+    every call takes the standard PyTorch operators."""
     global _enabled
     _enabled = bool(enabled)
 
 
-def fused_kernels_available(x: torch.Tensor) -> bool:
-    """Whether the fused oneDNN kernels can be used for ``x`` right now."""
-    return (_enabled and _ONEDNN_OPS and x.device.type == 'cpu'
-            and x.dtype == torch.float32 and not torch.is_grad_enabled()
+def select_backend(x: torch.Tensor, training: bool) -> str:
+    """The backend for a forward pass on ``x``: oneDNN for fp32 on CPU
+    outside autocast and ``torch.compile`` (which fuses by itself), with
+    fused epilogues when nothing is recorded for autograd and the module is
+    in eval mode (dropout and drop-path are identities)."""
+    if not (_enabled and _ONEDNN_OPS and x.device.type == 'cpu'
+            and x.dtype == torch.float32
             and not torch.is_autocast_enabled('cpu')
-            and not torch.compiler.is_compiling())
+            and not torch.compiler.is_compiling()):
+        return 'torch'
+    if not training and not torch.is_grad_enabled():
+        return 'fused'
+    return 'onednn'
 
 
-def _check_act(act: Optional[str]) -> None:
+def _check(act: Optional[str], residual: Optional[torch.Tensor],
+           backend: str) -> None:
     if act not in ACTIVATIONS:
         raise ValueError(f'act must be one of {ACTIVATIONS}, got {act!r}')
+    if act is not None and residual is not None:
+        raise ValueError('give either act or residual, not both')
+    if backend not in BACKENDS:
+        raise ValueError(f'backend must be one of {BACKENDS}, got '
+                         f'{backend!r}')
 
 
-def _plain_epilogue(y: torch.Tensor, act: Optional[str],
-                    residual: Optional[torch.Tensor]) -> torch.Tensor:
+def _epilogue(y: torch.Tensor, act: Optional[str],
+              residual: Optional[torch.Tensor]) -> torch.Tensor:
     if act == 'gelu':
         y = F.gelu(y)
     if residual is not None:
@@ -55,23 +73,51 @@ def _plain_epilogue(y: torch.Tensor, act: Optional[str],
     return y
 
 
+def _onednn_mm(x: torch.Tensor, weight: torch.Tensor,
+               bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, 'none', [], '')
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """``x @ weight.T + bias`` for 2-D ``x`` with oneDNN's GEMM forward and
+    for the input gradient; the weight gradient uses ``torch.mm``, which is
+    the faster of the two for that shape (measured)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _onednn_mm(x, weight, bias)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _onednn_mm(grad, weight.t())
+        if ctx.needs_input_grad[1]:
+            grad_w = grad.t().mm(x)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = grad.sum(0)
+        return grad_x, grad_w, grad_b
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor,
            bias: Optional[torch.Tensor], act: Optional[str] = None,
            residual: Optional[torch.Tensor] = None,
-           fused: bool = False) -> torch.Tensor:
+           backend: str = 'torch') -> torch.Tensor:
     """``act(x @ weight.T + bias)``, plus ``residual`` if given (added after
-    the activation; ``act`` and ``residual`` are not combined).
-
-    ``fused=True`` (check :func:`fused_kernels_available` first) computes it
-    with one oneDNN kernel.
-    """
-    _check_act(act)
-    if act is not None and residual is not None:
-        raise ValueError('linear: give either act or residual, not both')
-    if not fused:
-        return _plain_epilogue(F.linear(x, weight, bias), act, residual)
+    the activation; ``act`` and ``residual`` are not combined). ``backend``
+    from :func:`select_backend`."""
+    _check(act, residual, backend)
+    if backend == 'torch':
+        return _epilogue(F.linear(x, weight, bias), act, residual)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
+    if backend == 'onednn':
+        y = _OneDNNLinear.apply(x2, weight, bias).view(*lead, -1)
+        return _epilogue(y, act, residual)
     if residual is not None:
         y = torch.ops.mkldnn._linear_pointwise.binary(
             x2, residual.reshape(-1, weight.shape[0]), weight, bias, 'add')
@@ -79,8 +125,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
         y = torch.ops.mkldnn._linear_pointwise(x2, weight, bias, 'gelu', [],
                                                'none')
     else:
-        y = torch.ops.mkldnn._linear_pointwise(x2, weight, bias, 'none', [],
-                                               '')
+        y = _onednn_mm(x2, weight, bias)
     return y.view(*lead, weight.shape[0])
 
 
@@ -89,19 +134,14 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor,
            padding: Sequence[int], groups: int = 1,
            act: Optional[str] = None,
            residual: Optional[torch.Tensor] = None,
-           fused: bool = False) -> torch.Tensor:
-    """``act(conv2d(x, weight, bias))``, plus ``residual`` if given.
-
-    With ``fused=True`` the convolution runs in oneDNN with the activation or
-    the residual addition as its epilogue; channels-last inputs give
-    channels-last outputs.
-    """
-    _check_act(act)
-    if act is not None and residual is not None:
-        raise ValueError('conv2d: give either act or residual, not both')
+           backend: str = 'torch') -> torch.Tensor:
+    """``act(conv2d(x, weight, bias))``, plus ``residual`` if given; with the
+    ``'fused'`` backend one oneDNN kernel (channels-last in, channels-last
+    out)."""
+    _check(act, residual, backend)
     stride, padding = list(stride), list(padding)
-    if not fused:
-        return _plain_epilogue(
+    if backend != 'fused':
+        return _epilogue(
             F.conv2d(x, weight, bias, stride, padding, 1, groups), act,
             residual)
     if residual is not None:

@@ -221,6 +221,12 @@ class XCiT(Xcit, BaseModule):
     """
 
     out_strides: Tuple[int, ...] = (4, 8, 16, 32)
+    #: Tokens per piece in inference (no autograd): the token-wise layers
+    #: and the pyramid's transposed convolutions run piece by piece. ``None``
+    #: sizes the pieces so that the largest temporary (the MLP's hidden
+    #: activations) stays within ``inference_chunk_mib``.
+    inference_chunk: Optional[int] = None
+    inference_chunk_mib: float = 24
 
     def __init__(self,
                  arch: Optional[str] = DEFAULT_ARCH,
@@ -407,12 +413,12 @@ class XCiT(Xcit, BaseModule):
     # convolutions are token GEMMs plus one pixel shuffle, and fp32 CPU
     # inference uses oneDNN kernels with fused GELU / residual epilogues
     # (:mod:`xcit_dense.models.kernels`).
-    def _fused(self, x: torch.Tensor) -> bool:
-        return not self.training and kernels.fused_kernels_available(x)
+    def _backend(self, x: torch.Tensor) -> str:
+        return kernels.select_backend(x, self.training)
 
     def _stem(self, x: torch.Tensor) -> Tuple[torch.Tensor, int, int]:
         """Convolutional patch embedding; returns (B, N, C) tokens."""
-        fused = self._fused(x)
+        backend = self._backend(x)
         x = x.contiguous(memory_format=torch.channels_last)
         layers = list(self.patch_embed.proj)
         i = 0
@@ -426,7 +432,7 @@ class XCiT(Xcit, BaseModule):
                 act = None
             else:
                 x = kernels.conv2d(x, *folded, conv.stride, conv.padding,
-                                   conv.groups, act=act, fused=fused)
+                                   conv.groups, act=act, backend=backend)
             if act_layer is not None and act is None:
                 x = act_layer(x)
             i += 2
@@ -434,72 +440,142 @@ class XCiT(Xcit, BaseModule):
         # channels-last NCHW is (B, H, W, C) in memory: a view, no copy
         return x.permute(0, 2, 3, 1).reshape(B, H * W, C), H, W
 
+    def _chunk_tokens(self, x: torch.Tensor) -> int:
+        """Tokens per piece in inference; the whole map (every token) when
+        autograd records or a compiler traces."""
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return x.shape[1]
+        if self.inference_chunk:
+            return self.inference_chunk
+        hidden = self.blocks[0].mlp.fc1.out_features if len(self.blocks) \
+            else 4 * self.embed_dim
+        return max(1, int(self.inference_chunk_mib * 2**20) //
+                   (hidden * x.element_size()))
+
+    def _chunks(self, x: torch.Tensor) -> List[slice]:
+        """Token ranges processed one at a time: all at once when autograd
+        records, otherwise equal pieces of at most ``_chunk_tokens`` (the
+        token-wise layers then need no more memory than that, and no
+        temporary is large enough for the allocator to hand it back to the
+        OS and page-fault it in again on the next call)."""
+        n = x.shape[1]
+        pieces = -(-n // self._chunk_tokens(x))
+        size = -(-n // pieces)
+        return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
     def _block(self, blk: nn.Module, x: torch.Tensor, H: int,
                W: int) -> torch.Tensor:
         """One timm ``XCABlock`` on (B, N, C) tokens."""
-        fused = self._fused(x)
-        B, N, C = x.shape
-        heads = blk.attn.num_heads
+        backend = self._backend(x)
+        chunks = self._chunks(x)
+        x = self._xca(blk, x, chunks, backend)
+        x = self._lpi(blk, x, H, W, backend)
+        return self._mlp(blk, x, chunks, backend)
 
-        # Cross-covariance attention: softmax(q^T k / (|q||k|) * t) per
-        # head, applied to v and projected. The (C x C) product of the
-        # block-diagonal attention and the projection is formed first, so the
-        # N-long token matrix is multiplied once instead of twice.
+    @staticmethod
+    def _assemble(x: torch.Tensor, chunks: List[slice], compute) -> torch.Tensor:
+        """``compute(slice)`` for every token range, joined along dim 1."""
+        if len(chunks) == 1:
+            return compute(chunks[0])
+        out = torch.empty_like(x)
+        for sl in chunks:
+            out[:, sl] = compute(sl)
+        return out
+
+    def _xca(self, blk: nn.Module, x: torch.Tensor, chunks: List[slice],
+             backend: str) -> torch.Tensor:
+        """``x + gamma1 * XCA(norm1(x))``: softmax(q^T k / (|q||k|) * t) per
+        head, applied to v and projected. Two passes over the tokens: the
+        first accumulates q^T k and the norms of q and k, the second computes
+        v and the output; the (C x C) product of the block-diagonal attention
+        and the projection is formed in between, so each token meets one
+        matrix instead of two."""
         attn = blk.attn
-        qkv = kernels.linear(blk.norm1(x), attn.qkv.weight, attn.qkv.bias,
-                             fused=fused).view(B, N, 3, heads, C // heads)
-        q = qkv[:, :, 0].permute(0, 2, 3, 1)  # (B, heads, d, N)
-        k = qkv[:, :, 1].permute(0, 2, 1, 3)  # (B, heads, N, d)
-        v = qkv[:, :, 2].flatten(2)  # (B, N, C), a strided view
-        # L2 norms of the q and k channels over the tokens (F.normalize's
-        # eps), as one reduction along the contiguous token axis.
-        qk_norm = qkv[:, :, :2].flatten(2).square().sum(dim=1).sqrt()
-        qk_norm = qk_norm.clamp_min(1e-12).view(B, 2, heads, C // heads)
-        logits = (q @ k) / (qk_norm[:, 0].unsqueeze(-1) *
-                            qk_norm[:, 1].unsqueeze(-2))
+        B, N, C = x.shape
+        heads = attn.num_heads
+        d = C // heads
+        w_qk, w_v = attn.qkv.weight[:2 * C], attn.qkv.weight[2 * C:]
+        b_qk = b_v = None
+        if attn.qkv.bias is not None:
+            b_qk, b_v = attn.qkv.bias[:2 * C], attn.qkv.bias[2 * C:]
+        normed = [blk.norm1(x)] if len(chunks) == 1 else None
+
+        gram, sq = 0, 0
+        for i, sl in enumerate(chunks):
+            z = normed[0] if normed else blk.norm1(x[:, sl])
+            qk = kernels.linear(z, w_qk, b_qk, backend=backend)
+            T = qk.shape[1]
+            q = qk[..., :C].view(B, T, heads, d).permute(0, 2, 3, 1)
+            k = qk[..., C:].view(B, T, heads, d).transpose(1, 2)
+            # accumulated in fp32 (also under autocast)
+            gram = gram + (q @ k).float()
+            sq = sq + qk.float().square().sum(dim=1)
+        # F.normalize's eps on the L2 norms of the q and k channels
+        norm = sq.sqrt().clamp_min(1e-12).view(B, 2, heads, d)
+        logits = gram / (norm[:, 0].unsqueeze(-1) * norm[:, 1].unsqueeze(-2))
         a = attn.attn_drop((logits * attn.temperature).softmax(dim=-1))
         proj_w = attn.proj.weight * blk.gamma1.unsqueeze(1)  # layer scale
-        mix = torch.einsum('bhij,ohi->bhjo', a,
-                           proj_w.view(C, heads, C // heads))
-        mix = mix.reshape(B, C, C)
+        mix = torch.einsum('bhij,ohi->bhjo', a.to(proj_w.dtype),
+                           proj_w.view(C, heads, d)).reshape(B, C, C)
         proj_b = attn.proj.bias * blk.gamma1
-        y = torch.baddbmm(proj_b, v, mix)
-        x = x + blk.drop_path1(attn.proj_drop(y))
 
-        # Local patch interaction on a channels-last view of the tokens.
+        def output(sl: slice) -> torch.Tensor:
+            z = normed[0] if normed else blk.norm1(x[:, sl])
+            v = kernels.linear(z, w_v, b_v, backend=backend)
+            y = torch.baddbmm(proj_b, v, mix)
+            return x[:, sl] + blk.drop_path1(attn.proj_drop(y))
+
+        return self._assemble(x, chunks, output)
+
+    @staticmethod
+    def _lpi(blk: nn.Module, x: torch.Tensor, H: int, W: int,
+             backend: str) -> torch.Tensor:
+        """``x + gamma3 * LPI(norm3(x))``, the depth-wise convolutions on a
+        channels-last view of the tokens (no NCHW copies)."""
+        B, N, C = x.shape
         lpi = blk.local_mp
         y = blk.norm3(x).view(B, H, W, C).permute(0, 3, 1, 2)
         act = 'gelu' if _is_exact_gelu(lpi.act) else None
-        y = kernels.conv2d(y, lpi.conv1.weight, lpi.conv1.bias,
-                           lpi.conv1.stride, lpi.conv1.padding,
-                           lpi.conv1.groups, act=act, fused=fused)
+        conv1, conv2 = lpi.conv1, lpi.conv2
+        y = kernels.conv2d(y, conv1.weight, conv1.bias, conv1.stride,
+                           conv1.padding, conv1.groups, act=act, backend=backend)
         if act is None:
             y = lpi.act(y)
         y = lpi.bn(y)
         g3 = blk.gamma3
-        w2, b2 = lpi.conv2.weight * g3.view(-1, 1, 1, 1), lpi.conv2.bias * g3
-        conv2 = (lpi.conv2.stride, lpi.conv2.padding, lpi.conv2.groups)
-        if fused:  # eval mode: dropout and drop-path are identities
+        w2, b2 = conv2.weight * g3.view(-1, 1, 1, 1), conv2.bias * g3
+        args = (conv2.stride, conv2.padding, conv2.groups)
+        if backend == 'fused':  # eval mode: drop-path is the identity
             x_map = x.view(B, H, W, C).permute(0, 3, 1, 2)
-            y = kernels.conv2d(y, w2, b2, *conv2, residual=x_map, fused=True)
-            x = y.permute(0, 2, 3, 1).reshape(B, N, C)
-        else:
-            y = kernels.conv2d(y, w2, b2, *conv2)
-            x = x + blk.drop_path3(y.permute(0, 2, 3, 1).reshape(B, N, C))
+            y = kernels.conv2d(y, w2, b2, *args, residual=x_map,
+                               backend=backend)
+            return y.permute(0, 2, 3, 1).reshape(B, N, C)
+        y = kernels.conv2d(y, w2, b2, *args, backend=backend)
+        return x + blk.drop_path3(y.permute(0, 2, 3, 1).reshape(B, N, C))
 
-        # MLP
+    def _mlp(self, blk: nn.Module, x: torch.Tensor, chunks: List[slice],
+             backend: str) -> torch.Tensor:
+        """``x + gamma2 * MLP(norm2(x))``, GELU and the residual fused into
+        the two linear layers where the kernels allow."""
         mlp = blk.mlp
         act = 'gelu' if _is_exact_gelu(mlp.act) else None
-        y = kernels.linear(blk.norm2(x), mlp.fc1.weight, mlp.fc1.bias,
-                           act=act, fused=fused)
-        if act is None:
-            y = mlp.act(y)
-        y = mlp.norm(mlp.drop1(y))
         g2 = blk.gamma2
         w2, b2 = mlp.fc2.weight * g2.unsqueeze(1), mlp.fc2.bias * g2
-        if fused:  # eval mode: dropout and drop-path are identities
-            return kernels.linear(y, w2, b2, residual=x, fused=True)
-        return x + blk.drop_path2(mlp.drop2(kernels.linear(y, w2, b2)))
+
+        def output(sl: slice) -> torch.Tensor:
+            xs = x[:, sl]
+            y = kernels.linear(blk.norm2(xs), mlp.fc1.weight, mlp.fc1.bias,
+                               act=act, backend=backend)
+            if act is None:
+                y = mlp.act(y)
+            y = mlp.norm(mlp.drop1(y))
+            if backend == 'fused':  # eval: dropout, drop-path are identities
+                return kernels.linear(y, w2, b2, residual=xs,
+                                      backend=backend)
+            y = kernels.linear(y, w2, b2, backend=backend)
+            return xs + blk.drop_path2(mlp.drop2(y))
+
+        return self._assemble(x, chunks, output)
 
     def forward_tokens(
             self, x: torch.Tensor) -> Tuple[List[torch.Tensor], int, int]:
@@ -530,7 +606,7 @@ class XCiT(Xcit, BaseModule):
         """Apply a pyramid resampler to (B, N, C) tokens; NCHW result."""
         if not isinstance(resampler, nn.Sequential):  # Identity / MaxPool2d
             return resampler(_tokens_to_nchw(x, H, W))
-        fused = self._fused(x)
+        backend = self._backend(x)
         B, C = x.shape[0], x.shape[-1]
         layers = list(resampler)
         for i in range(0, len(layers), 3):
@@ -539,30 +615,17 @@ class XCiT(Xcit, BaseModule):
             last = i + 1 == len(layers)
             folded, act = None, None
             if not last:
-                norm, act_layer = layers[i + 1], layers[i + 2]
-                folded = _fold_batchnorm(weight.transpose(0, 1), bias, norm)
-                act = 'gelu' if folded is not None and _is_exact_gelu(
-                    act_layer) else None
-            if folded is not None:
-                weight, bias = folded[0].transpose(0, 1), folded[1]
-            if last:  # rows (C_out, ky, kx): the pixel shuffle yields NCHW
-                w_mat = weight.flatten(1).t()
-                b_vec = bias.repeat_interleave(4)
-            else:  # rows (ky, kx, C_out): the pixel shuffle yields NHWC
-                w_mat = weight.permute(2, 3, 1, 0).reshape(-1, C)
-                b_vec = bias.repeat(4)
-            y = kernels.linear(x, w_mat, b_vec, act=act, fused=fused)
-            # pixel shuffle, written into a fresh tensor (much faster on CPU
-            # than ``.reshape`` of the permuted view)
-            if last:
-                out = y.new_empty(B, C, 2 * H, 2 * W)
-                out.view(B, C, H, 2, W, 2).copy_(
-                    y.view(B, H, W, C, 2, 2).permute(0, 3, 1, 4, 2, 5))
-                return out
-            x = y.new_empty(B, 4 * H * W, C)
-            x.view(B, H, 2, W, 2, C).copy_(
-                y.view(B, H, W, 2, 2, C).permute(0, 1, 3, 2, 4, 5))
+                folded = _fold_batchnorm(weight.transpose(0, 1), bias,
+                                         layers[i + 1])
+                if folded is not None:
+                    weight, bias = folded[0].transpose(0, 1), folded[1]
+                    if _is_exact_gelu(layers[i + 2]):
+                        act = 'gelu'
+            x = self._upsample2x(x, weight, bias, act, H, W, nchw=last,
+                                 backend=backend)
             H, W = 2 * H, 2 * W
+            if last:
+                return x
             if folded is None:  # norm and activation as modules
                 y = layers[i + 1](x.view(B, H, W, C).permute(0, 3, 1, 2))
                 y = layers[i + 2](y)
@@ -571,6 +634,40 @@ class XCiT(Xcit, BaseModule):
                 x = layers[i + 2](x)
         raise AssertionError('unreachable: resampler ends with a transposed '
                              'convolution')
+
+    def _upsample2x(self, x: torch.Tensor, weight: torch.Tensor,
+                    bias: torch.Tensor, act: Optional[str], H: int, W: int,
+                    nchw: bool, backend: str) -> torch.Tensor:
+        """2x2 stride-2 transposed convolution of (B, H*W, C) tokens as a
+        token GEMM and a pixel shuffle, by bands of rows when not recording
+        gradients. Returns (B, 4*H*W, C) tokens or, with ``nchw``, an NCHW
+        map."""
+        B, C_out = x.shape[0], weight.shape[1]
+        if nchw:  # GEMM columns (C_out, ky, kx)
+            w_mat = weight.flatten(1).t()
+            b_vec = bias.repeat_interleave(4)
+            out = x.new_empty(B, C_out, 2 * H, 2 * W)
+            dst = out.view(B, C_out, H, 2, W, 2)
+        else:  # GEMM columns (ky, kx, C_out)
+            w_mat = weight.permute(2, 3, 1, 0).flatten(0, 2)
+            b_vec = bias.repeat(4)
+            out = x.new_empty(B, 4 * H * W, C_out)
+            dst = out.view(B, H, 2, W, 2, C_out)
+        rows = max(1, min(H, self._chunk_tokens(x) // W))
+        bands = [slice(r, min(r + rows, H)) for r in range(0, H, rows)]
+        for band in bands:
+            y = kernels.linear(x[:, band.start * W:band.stop * W], w_mat,
+                               b_vec, act=act, backend=backend)
+            R = band.stop - band.start
+            # the pixel shuffle, written into the output (much faster on CPU
+            # than ``.reshape`` of the permuted view)
+            if nchw:
+                dst[:, :, band].copy_(
+                    y.view(B, R, W, C_out, 2, 2).permute(0, 3, 1, 4, 2, 5))
+            else:
+                dst[:, band].copy_(
+                    y.view(B, R, W, 2, 2, C_out).permute(0, 1, 3, 2, 4, 5))
+        return out
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         if self.compile_cfg is not None and \

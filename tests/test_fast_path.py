@@ -1,0 +1,270 @@
+"""The fast forward pass computes what the straightforward one computes.
+
+``XCiT.forward`` (channels-last tokens, folded layer scale and BatchNorm, XCA
+folded into its projection, token-GEMM transposed convolutions, oneDNN kernels,
+inference by pieces of tokens) is compared with ``XCiT.forward_reference``
+(timm's blocks, NCHW round trips, the pyramid modules as they are): outputs
+within 1e-4 in fp32 and the same gradients, for every path the forward can
+take. Speed is measured by tools/benchmark.py, not here.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from xcit_dense import XCiT
+from xcit_dense.models import kernels
+from xcit_dense.models.xcit import _fold_batchnorm
+
+ATOL = 1e-4
+
+
+def randomized(arch='nano_12_p16', seed=0, **kwargs):
+    """A 4-block model whose BatchNorm statistics, layer-scale gammas and
+    temperatures are not at their initial values (so folding them is
+    actually exercised)."""
+    torch.manual_seed(seed)
+    kwargs.setdefault('depth', 4)
+    kwargs.setdefault('out_indices', (0, 1, 2, 3))
+    model = XCiT(arch=arch, **kwargs)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, _BatchNorm):
+                module.running_mean.normal_(0, 0.2)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0, 0.2)
+        for name, param in model.named_parameters():
+            if name.rsplit('.', 1)[-1] in ('gamma1', 'gamma2', 'gamma3',
+                                           'temperature'):
+                param.uniform_(0.5, 1.5)
+            elif name.endswith('.bias'):
+                param.normal_(0, 0.1)
+    return model
+
+
+def assert_outputs_close(outs, refs, atol=ATOL):
+    assert len(outs) == len(refs) == 4
+    for level, (out, ref) in enumerate(zip(outs, refs)):
+        assert out.shape == ref.shape, level
+        assert out.is_contiguous() == ref.is_contiguous(), level
+        torch.testing.assert_close(out, ref, rtol=0, atol=atol,
+                                   msg=f'pyramid level {level}')
+
+
+@pytest.fixture(autouse=True)
+def fused_kernels_on():
+    yield
+    kernels.set_fused_kernels(True)
+
+
+@pytest.mark.parametrize('patch', [16, 8])
+@pytest.mark.parametrize('size', [(64, 96), (50, 77)])
+@pytest.mark.parametrize('fused', [True, False])
+def test_inference_matches_reference(patch, size, fused):
+    kernels.set_fused_kernels(fused)
+    model = randomized(f'nano_12_p{patch}').eval()
+    x = torch.randn(2, 3, *size)
+    with torch.inference_mode():
+        assert kernels.select_backend(x, False) == (
+            'fused' if fused else 'torch')
+        assert_outputs_close(model(x), model.forward_reference(x))
+
+
+def test_inference_by_pieces_matches_reference():
+    """Ragged pieces of tokens and bands of rows (7 tokens at a time)."""
+    model = randomized('nano_12_p16').eval()
+    x = torch.randn(2, 3, 80, 112)  # 5 x 7 tokens
+    with torch.no_grad():
+        ref = model.forward_reference(x)
+        whole = model(x)
+        model.inference_chunk = 7
+        assert [(s.start, s.stop) for s in model._chunks(
+            torch.zeros(1, 35, 8))] == [(i, min(i + 7, 35))
+                                        for i in range(0, 35, 7)]
+        pieces = model(x)
+    assert_outputs_close(pieces, ref)
+    assert_outputs_close(pieces, whole, atol=1e-5)
+
+
+def test_pieces_sized_by_memory():
+    model = XCiT('small_12_p16')
+    x = torch.zeros(1, 100000, 384)
+    with torch.no_grad():
+        # largest temporary, the MLP hidden layer: 4096 * 1536 * 4 B = 24 MiB
+        assert model._chunk_tokens(x) == 4096
+        assert max(s.stop - s.start for s in model._chunks(x)) <= 4096
+    assert model._chunk_tokens(x) == 100000  # autograd: one piece
+
+
+def test_eval_with_autograd_matches_reference():
+    """Eval mode with gradients recorded: the oneDNN autograd path."""
+    model = randomized('nano_12_p16').eval()
+    x = torch.randn(1, 3, 64, 64)
+    assert kernels.select_backend(x, False) == 'onednn'
+    assert_outputs_close(model(x), model.forward_reference(x))
+
+
+def assert_grads_close(grads, ref_grads):
+    """Gradients sum over every pixel, so fp32 rounding scales with them:
+    compared to 1e-4 of their largest entry (or 1e-4 absolute)."""
+    assert grads.keys() == ref_grads.keys()
+    for name, ref in ref_grads.items():
+        tol = 1e-4 * max(1.0, ref.abs().max().item())
+        torch.testing.assert_close(grads[name], ref, rtol=0, atol=tol,
+                                   msg=name)
+
+
+def _loss_and_grads(model, forward, x):
+    model.zero_grad(set_to_none=True)
+    outs = forward(x)
+    loss = sum((o * torch.linspace(-1, 1, o.numel()).view_as(o)).sum()
+               for o in outs)
+    loss.backward()
+    return outs, {name: p.grad for name, p in model.named_parameters()
+                  if p.grad is not None}
+
+
+@pytest.mark.parametrize('patch', [16, 8])
+@pytest.mark.parametrize('fused', [True, False])
+def test_training_matches_reference(patch, fused):
+    """Train mode: BatchNorm on batch statistics, same outputs, same
+    gradients for every parameter, same running statistics afterwards."""
+    kernels.set_fused_kernels(fused)
+    model = randomized(f'nano_12_p{patch}').train()
+    ref_model = copy.deepcopy(model)
+    x = torch.randn(2, 3, 64, 96)
+    outs, grads = _loss_and_grads(model, model, x)
+    refs, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference,
+                                      x)
+    assert_outputs_close([o.detach() for o in outs],
+                         [r.detach() for r in refs])
+    assert grads.keys() == {n for n, p in model.named_parameters()
+                            if p.requires_grad}
+    assert_grads_close(grads, ref_grads)
+    for (name, buf), ref_buf in zip(model.named_buffers(),
+                                    ref_model.buffers()):
+        torch.testing.assert_close(buf, ref_buf, msg=name)
+
+
+def test_with_cp_matches_reference():
+    model = randomized('nano_12_p16', with_cp=True).train()
+    ref_model = copy.deepcopy(model)
+    ref_model.set_grad_checkpointing(False)
+    x = torch.randn(1, 3, 64, 64)
+    _, grads = _loss_and_grads(model, model, x)
+    _, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference, x)
+    assert_grads_close(grads, ref_grads)
+
+
+def test_group_norm_pyramid_matches_reference():
+    """A norm that cannot be folded runs as a module on channels-last maps."""
+    model = randomized('nano_12_p16',
+                       norm_cfg=dict(type='GN', num_groups=4)).eval()
+    assert isinstance(model.fpn1[1], nn.GroupNorm)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        assert_outputs_close(model(x), model.forward_reference(x))
+
+
+def test_fold_batchnorm():
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 6, 3, padding=1)
+    bn = nn.BatchNorm2d(6)
+    with torch.no_grad():
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.normal_()
+        bn.bias.normal_()
+    x = torch.randn(2, 4, 5, 5)
+    bn.eval()
+    weight, bias = _fold_batchnorm(conv.weight, conv.bias, bn)
+    torch.testing.assert_close(F.conv2d(x, weight, bias, padding=1),
+                               bn(conv(x)), rtol=0, atol=1e-5)
+    bn.train()  # batch statistics cannot be folded
+    assert _fold_batchnorm(conv.weight, conv.bias, bn) is None
+    assert _fold_batchnorm(conv.weight, conv.bias, nn.GroupNorm(2, 6)) is None
+
+
+@pytest.mark.parametrize('act,residual', [(None, False), ('gelu', False),
+                                          (None, True)])
+@pytest.mark.parametrize('backend', ['fused', 'onednn'])
+def test_kernels_match_torch_operators(act, residual, backend):
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 7, 16)
+    weight, bias = torch.randn(24, 16), torch.randn(24)
+    res = torch.randn(2, 5, 7, 24) if residual else None
+    with torch.no_grad():
+        y = kernels.linear(x, weight, bias, act=act, residual=res,
+                           backend=backend)
+        ref = kernels.linear(x, weight, bias, act=act, residual=res)
+    torch.testing.assert_close(y, ref, rtol=0, atol=1e-5)
+    expected = F.linear(x, weight, bias)
+    if act == 'gelu':
+        expected = F.gelu(expected)
+    if residual:
+        expected = expected + res
+    torch.testing.assert_close(ref, expected)
+
+    img = torch.randn(2, 8, 9, 11).contiguous(
+        memory_format=torch.channels_last)
+    w, b = torch.randn(8, 1, 3, 3), torch.randn(8)
+    res = torch.randn_like(img) if residual else None
+    with torch.no_grad():
+        y = kernels.conv2d(img, w, b, (1, 1), (1, 1), 8, act=act,
+                           residual=res, backend=backend)
+    expected = F.conv2d(img, w, b, 1, 1, 1, 8)
+    if act == 'gelu':
+        expected = F.gelu(expected)
+    if residual:
+        expected = expected + res
+    torch.testing.assert_close(y, expected, rtol=0, atol=1e-5)
+
+
+def test_onednn_linear_gradients():
+    torch.manual_seed(0)
+    x = torch.randn(6, 16, dtype=torch.float32, requires_grad=True)
+    weight = torch.randn(24, 16, requires_grad=True)
+    bias = torch.randn(24, requires_grad=True)
+    grad = torch.randn(6, 24)
+    kernels.linear(x, weight, bias, backend='onednn').backward(grad)
+    ours = [t.grad.clone() for t in (x, weight, bias)]
+    for t in (x, weight, bias):
+        t.grad = None
+    F.linear(x, weight, bias).backward(grad)
+    for mine, ref in zip(ours, (x.grad, weight.grad, bias.grad)):
+        torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_backend_selection():
+    x = torch.zeros(1)
+    with torch.no_grad():
+        assert kernels.select_backend(x, training=False) == 'fused'
+        # dropout and drop-path are live in train mode: not fused
+        assert kernels.select_backend(x, training=True) == 'onednn'
+        assert kernels.select_backend(x.double(), False) == 'torch'
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            assert kernels.select_backend(x, False) == 'torch'
+    assert kernels.select_backend(x, training=False) == 'onednn'
+    kernels.set_fused_kernels(False)
+    assert kernels.select_backend(x, training=False) == 'torch'
+    with pytest.raises(ValueError, match='backend must be one of'):
+        kernels.linear(x.view(1, 1), x.view(1, 1), None, backend='mkl')
+    with pytest.raises(ValueError, match='act must be one of'):
+        kernels.linear(x.view(1, 1), x.view(1, 1), None, act='relu')
+
+
+def test_bf16_autocast_close_to_fp32():
+    model = randomized('nano_12_p16').eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        refs = model(x)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            outs = model(x)
+    for out, ref in zip(outs, refs):
+        # bf16 keeps 8 bits of mantissa: compare relative to the scale
+        err = (out.float() - ref).abs().max() / ref.abs().max()
+        assert err < 0.05, err

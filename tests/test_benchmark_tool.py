@@ -1,28 +1,59 @@
 """tools/benchmark.py runs its measurements in fresh processes and writes the
-table, the plot and the raw results (speed targets live there, not here)."""
+tables, the plot and the raw results (speed targets live there, not here)."""
 import json
 
 from conftest import run_tool
 
 
-def test_benchmark_writes_table_plot_and_results(tmp_path):
-    proc = run_tool('tools/benchmark.py', '--models', 'xcit_nano_12_p16',
-                    '--sizes', '64x96', '--batch', '1', '--modes', 'infer',
-                    'train', '--repeat', '1', '--warmup', '0', '--threads',
-                    '1', '--out-dir', tmp_path)
+def _run(tmp_path, *args):
+    proc = run_tool('tools/benchmark.py', *args, '--repeat', '1',
+                    '--warmup', '1', '--threads', '1', '--out-dir', tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((tmp_path / 'results.json').read_text())
-    assert results['matmul_gflops_per_s'] > 0
-    infer, train = results['results']
-    assert infer['mode'] == 'infer' and train['mode'] == 'train'
-    assert infer['seconds'] > 0 and infer['peak_rss_gib'] > 0
-    assert infer['gmac_per_image'] > 0 and 'error' not in train
-    table = (tmp_path / 'results.md').read_text()
+    return (json.loads((tmp_path / 'results.json').read_text()),
+            (tmp_path / 'results.md').read_text())
+
+
+def test_backbone_variants_and_ratios(tmp_path):
+    results, table = _run(
+        tmp_path, '--models', 'xcit_nano_12_p16@reference',
+        'xcit_nano_12_p16', 'xcit_nano_12_p16@bf16', 'xcit_nano_12_p16@cp',
+        '--sizes', '64x96', '--batch', '1', '--modes', 'infer', 'train')
+    assert results['matmul']['fp32_gflops_per_s'] > 0
+    assert results['matmul']['bf16_gflops_per_s'] > 0
+    rows = {(r['model'], r['mode']): r for r in results['results']}
+    assert len(rows) == 8 and not any('error' in r for r in rows.values())
+    ref = rows['xcit_nano_12_p16@reference', 'infer']
+    assert ref['seconds'] > 0 and ref['peak_mem_gib'] > 0
+    assert ref['gmac_per_image'] > 0 and ref['first_call_s'] > 0
+    assert 'max_rel_diff_vs_reference' not in ref
+    # fp32 is exact, bf16 close; both measured against the reference
+    assert rows['xcit_nano_12_p16', 'infer'][
+        'max_rel_diff_vs_reference'] < 1e-4
+    assert 1e-4 < rows['xcit_nano_12_p16@bf16', 'infer'][
+        'max_rel_diff_vs_reference'] < 0.05
+    assert rows['xcit_nano_12_p16@cp', 'train']['activation_mem_gib'] >= 0
     assert '| xcit_nano_12_p16 | 64x96 | 1 | infer |' in table
+    assert 'Against the straightforward computation' in table
+    assert '| xcit_nano_12_p16@bf16 | 64x96 | 1 | infer |' in table.split(
+        'Against')[1]
     assert (tmp_path / 'results.png').stat().st_size > 0
 
 
-def test_benchmark_rejects_unknown_model(tmp_path):
-    proc = run_tool('tools/benchmark.py', '--models', 'alexnet',
-                    '--out-dir', tmp_path)
-    assert proc.returncode != 0 and "unknown model 'alexnet'" in proc.stderr
+def test_whole_detector(tmp_path):
+    results, table = _run(tmp_path, '--models', 'mask_rcnn_xcit_s12',
+                          '--sizes', '64x64', '--batch', '1', '--modes',
+                          'infer', 'train')
+    infer, train = results['results']
+    assert 'error' not in infer and 'error' not in train, results
+    assert infer['seconds'] > 0 and train['seconds'] > 0
+    assert '| mask_rcnn_xcit_s12 | 64x64 | 1 | train |' in table
+
+
+def test_benchmark_rejects_bad_names(tmp_path):
+    for name, message in [('alexnet', "unknown model 'alexnet'"),
+                          ('xcit_huge_p16', 'unknown XCiT preset'),
+                          ('xcit_nano_12_p16@fast', 'unknown variant'),
+                          ('swin_t@bf16', "unknown model 'swin_t@bf16'")]:
+        proc = run_tool('tools/benchmark.py', '--models', name,
+                        '--out-dir', tmp_path)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr

@@ -268,3 +268,28 @@ def test_bf16_autocast_close_to_fp32():
         # bf16 keeps 8 bits of mantissa: compare relative to the scale
         err = (out.float() - ref).abs().max() / ref.abs().max()
         assert err < 0.05, err
+
+
+def test_compile_cfg_traces_one_graph():
+    """``compile_cfg`` compiles the whole forward as one graph (no breaks)
+    with the same outputs. The 'aot_eager' backend traces forward and
+    backward like Inductor but skips code generation, which takes minutes
+    on a small CPU (the compile time is measured by tools/benchmark.py)."""
+    model = randomized('nano_12_p16', compile_cfg=dict(
+        backend='aot_eager', fullgraph=True)).eval()
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        assert_outputs_close(model(x), model.forward_reference(x))
+    assert model.__dict__['_compiled_forward'] is not None
+    model.train()
+    _, grads = _loss_and_grads(model, model, x)
+    ref_model = copy.deepcopy(model)
+    ref_model.compile_cfg = None
+    _, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference, x)
+    assert_grads_close(grads, ref_grads)
+
+
+@pytest.mark.parametrize('value', ['yes', 3])
+def test_compile_cfg_rejects_bad_values(value):
+    with pytest.raises(ValueError, match='compile_cfg must be None, a bool'):
+        XCiT('nano_12_p16', compile_cfg=value)

@@ -1,19 +1,41 @@
-"""Benchmark dense backbones: latency, throughput, memory and FLOPs by size.
+"""Benchmark dense backbones and detectors: latency, memory and FLOPs by size.
 
-Every measurement runs in a fresh process (so peak resident memory on the CPU
-is that of the measurement alone) with the given thread count; warm-up runs
-are excluded and the median of the timed runs is reported. FLOPs come from
-mmengine's counter (fvcore's convention: one multiply-add counts as one
-FLOP, so "GMAC" below); achieved GFLOP/s counts 2 FLOPs per multiply-add and
-is shown next to the machine's measured fp32 matmul throughput.
+Every measurement runs in a fresh process, so its peak memory is its own: on
+the CPU the peak resident set of that process (model and libraries included,
+plus "activation memory" = peak minus the resident set before the first step),
+on CUDA ``torch.cuda.max_memory_allocated``. Warm-up runs are excluded (the
+first call's time is reported separately: it includes ``torch.compile``), the
+median of the timed runs is reported, threads are stated. FLOPs come from
+mmengine's counter (fvcore's convention: one multiply-add counts as one FLOP,
+so "GMAC"); achieved GFLOP/s counts 2 FLOPs per multiply-add and is shown next
+to the machine's measured fp32 (and bf16) matmul throughput.
 
-    python tools/benchmark.py --models xcit_small_12_p16 swin_t vit_s16 \\
-        --sizes 512x512 800x1344 --batch 1 2 --out-dir work_dirs/benchmark
+    python tools/benchmark.py --models xcit_small_12_p16@reference \\
+        xcit_small_12_p16 swin_t vit_s16 --sizes 512x512 800x1344 \\
+        --batch 1 2 --out-dir work_dirs/benchmark
 
-Peers: any XCiT preset (``xcit_<arch>``), Swin-T and ResNet-50 (mmdet's),
-ViT-S/16 and ViT-B/16 with global attention (timm's, position embeddings
-resized to the input). Writes ``results.json``, ``results.md`` (a markdown
-table) and ``results.png`` (time and memory against pixel count, log-log).
+Models:
+  xcit_<preset>[@variant+variant]  the XCiT backbone with its pyramid; variants:
+      reference  the published design computed the straightforward way
+                 (``XCiT.forward_reference``: timm's blocks, NCHW round
+                 trips, positional encoding recomputed), the baseline of the
+                 side-by-side ratios;
+      compile    ``compile_cfg=True`` (torch.compile, Inductor);
+      bf16       autocast to bfloat16 (float16 on CUDA); the output
+                 difference to fp32 is reported;
+      cp         ``with_cp=True`` (gradient checkpointing).
+  swin_t, r50        mmdet's Swin-T and ResNet-50 backbones;
+  vit_s16, vit_b16   timm's ViT-S/16 and ViT-B/16, global attention, position
+                     embeddings resized to the input;
+  mask_rcnn_xcit_s12, mask_rcnn_swin_t   whole Mask R-CNN detectors (our
+      configs/coco/mask_rcnn_xcit_s12.py and mmdet's Swin-T 1x config): infer =
+      ``model.predict`` on preprocessed inputs with the box score threshold at
+      0 so that 100 detections per image reach the mask head; train = one
+      ``loss`` + backward with 5 ground-truth boxes and masks per image.
+
+Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
+variant to its ``@reference`` measured in the same run) and ``results.png``
+(inference time and memory against pixel count, log-log).
 """
 import argparse
 import json
@@ -29,40 +51,115 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 PEERS = ('swin_t', 'r50', 'vit_s16', 'vit_b16')
+DETECTORS = {
+    'mask_rcnn_xcit_s12': osp.join(ROOT, 'configs/coco/mask_rcnn_xcit_s12.py'),
+    'mask_rcnn_swin_t': 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py',
+}
+XCIT_VARIANTS = ('reference', 'compile', 'bf16', 'cp')
 
 
-def build(name: str):
-    """A backbone by benchmark name, in eval mode, random weights."""
-    if name.startswith('xcit_'):
+def parse_model(name: str):
+    """``'xcit_small_12_p16@compile+bf16'`` -> (base name, set of variants);
+    raises ValueError on unknown names."""
+    base, _, suffix = name.partition('@')
+    variants = set(filter(None, suffix.split('+')))
+    if base.startswith('xcit_'):
+        from xcit_dense.models.xcit import ARCH_SETTINGS
+        if base[len('xcit_'):] not in ARCH_SETTINGS:
+            raise ValueError(f'unknown XCiT preset in {name!r}; presets: '
+                             f'{", ".join(ARCH_SETTINGS)}')
+        unknown = variants - set(XCIT_VARIANTS)
+        if unknown:
+            raise ValueError(f'unknown variant(s) {sorted(unknown)} in '
+                             f'{name!r}; allowed: {", ".join(XCIT_VARIANTS)}')
+        if {'reference', 'compile'} <= variants:
+            raise ValueError('the reference path is not compiled')
+        return base, variants
+    if (base in PEERS or base in DETECTORS) and not variants:
+        return base, variants
+    raise ValueError(
+        f'unknown model {name!r}; use xcit_<preset>[@variant+...] (variants: '
+        f'{", ".join(XCIT_VARIANTS)}) or one of '
+        f'{", ".join(PEERS + tuple(DETECTORS))}')
+
+
+def build_backbone(base: str, variants: set):
+    """A backbone by benchmark name, random weights."""
+    import torch
+    if base.startswith('xcit_'):
         from xcit_dense import XCiT
-        return XCiT(arch=name[len('xcit_'):])
-    if name in ('swin_t', 'r50'):
+        model = XCiT(arch=base[len('xcit_'):], with_cp='cp' in variants,
+                     compile_cfg=True if 'compile' in variants else None)
+        if 'reference' in variants:
+            model.forward = model.forward_reference
+        return model
+    if base in ('swin_t', 'r50'):
         from mmengine.registry import init_default_scope
         from mmdet.registry import MODELS
         init_default_scope('mmdet')
-        if name == 'swin_t':
+        if base == 'swin_t':
             return MODELS.build(dict(
                 type='SwinTransformer', embed_dims=96, depths=[2, 2, 6, 2],
                 num_heads=[3, 6, 12, 24], window_size=7,
                 out_indices=(0, 1, 2, 3)))
         return MODELS.build(dict(type='ResNet', depth=50,
                                  out_indices=(0, 1, 2, 3)))
-    if name in ('vit_s16', 'vit_b16'):
-        import timm
-        arch = {'vit_s16': 'vit_small_patch16_224',
-                'vit_b16': 'vit_base_patch16_224'}[name]
-        model = timm.create_model(arch, pretrained=False, num_classes=0,
-                                  dynamic_img_size=True)
-        model.forward = model.forward_features
-        return model
-    raise SystemExit(f'unknown model {name!r}; use xcit_<preset> or one of '
-                     f'{", ".join(PEERS)}')
+    import timm
+    arch = {'vit_s16': 'vit_small_patch16_224',
+            'vit_b16': 'vit_base_patch16_224'}[base]
+    model = timm.create_model(arch, pretrained=False, num_classes=0,
+                              dynamic_img_size=True)
+    model.forward = model.forward_features
+    del torch
+    return model
 
 
-def _outputs_sum(out):
-    if isinstance(out, (list, tuple)):
-        return sum(o.float().sum() for o in out)
-    return out.float().sum()
+def build_detector(base: str):
+    from mmengine.config import Config
+    from mmengine.hub import get_config
+    from mmengine.registry import init_default_scope
+    from mmdet.utils import register_all_modules
+    register_all_modules()
+    import xcit_dense  # noqa: F401  (registers the backbone)
+    from mmdet.registry import MODELS
+    path = DETECTORS[base]
+    cfg = get_config(path) if '::' in path else Config.fromfile(path)
+    init_default_scope('mmdet')
+    cfg.model.backbone.init_cfg = None  # random weights, no download
+    cfg.model.test_cfg.rcnn.score_thr = 0.0  # 100 detections per image
+    return MODELS.build(cfg.model)
+
+
+def _rss_gib() -> float:
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**30
+
+
+def _matmul(args, dtype_name):
+    import torch
+    dtype = getattr(torch, dtype_name)
+    n = 4096
+    a = torch.randn(n, n, device=args.device).to(dtype)
+    b = torch.randn(n, n, device=args.device).to(dtype)
+    times = []
+    for i in range(2 + max(args.repeat, 5)):
+        _sync(args)
+        start = time.perf_counter()
+        a @ b
+        _sync(args)
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def _sync(args):
+    if args.device == 'cuda':
+        import torch
+        torch.cuda.synchronize()
+
+
+def _outputs(out):
+    return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
 def worker(args) -> dict:
@@ -71,103 +168,218 @@ def worker(args) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.model == 'matmul':
-        n = 4096
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        for _ in range(2):
-            a @ b
-        times = []
-        for _ in range(max(args.repeat, 5)):
-            start = time.perf_counter()
-            a @ b
-            times.append(time.perf_counter() - start)
-        return dict(gflops_per_s=2 * n**3 / statistics.median(times) / 1e9)
+        return dict(fp32_gflops_per_s=_matmul(args, 'float32'),
+                    bf16_gflops_per_s=_matmul(args, 'bfloat16'))
+    base, variants = parse_model(args.model)
     h, w = args.size
-    model = build(args.model)
-    x = torch.randn(args.batch, 3, h, w)
     result = dict(model=args.model, h=h, w=w, batch=args.batch,
-                  mode=args.mode, threads=args.threads)
+                  mode=args.mode, threads=args.threads, device=args.device)
+    detector = base in DETECTORS
+    model = (build_detector(base) if detector else
+             build_backbone(base, variants)).to(args.device)
+    model.train(args.mode == 'train')
+    amp_dtype = torch.bfloat16 if args.device == 'cpu' else torch.float16
+    autocast = torch.autocast(args.device, dtype=amp_dtype,
+                              enabled='bf16' in variants)
+
+    if detector:
+        from mmdet.testing import demo_mm_inputs
+        packed = demo_mm_inputs(batch_size=args.batch,
+                                image_shapes=(3, h, w), num_classes=80,
+                                num_items=[5] * args.batch, with_mask=True)
+        for sample in packed['data_samples']:
+            sample.set_metainfo(dict(scale_factor=(1.0, 1.0),
+                                     ori_shape=(h, w)))
+        data = model.data_preprocessor(packed, training=args.mode == 'train')
+        inputs, samples = data['inputs'], data['data_samples']
+        x = inputs
+
+        def forward():
+            if args.mode == 'train':
+                return model.loss(inputs, samples)
+            return model.predict(inputs, samples)
+    else:
+        x = torch.randn(args.batch, 3, h, w, device=args.device)
+
+        def forward():
+            return model(x)
+
     if args.mode == 'infer':
-        model.eval()
-        from mmengine.analysis import FlopAnalyzer
-        with torch.no_grad():
-            flops = FlopAnalyzer(model, x[:1])
-            flops.unsupported_ops_warnings(False)
-            flops.uncalled_modules_warnings(False)
-            result['gmac_per_image'] = flops.total() / 1e9
+        if not detector and 'compile' not in variants:
+            from mmengine.analysis import FlopAnalyzer
+            with torch.no_grad(), autocast:
+                flops = FlopAnalyzer(model, x[:1])
+                flops.unsupported_ops_warnings(False)
+                flops.uncalled_modules_warnings(False)
+                result['gmac_per_image'] = flops.total() / 1e9
 
         def step():
-            with torch.no_grad():
-                model(x)
+            with torch.no_grad(), autocast:
+                return forward()
     else:
-        model.train()
-
         def step():
             model.zero_grad(set_to_none=True)
-            _outputs_sum(model(x)).backward()
-    for _ in range(args.warmup):
-        step()
+            with autocast:
+                out = forward()
+            if detector:
+                loss = model.parse_losses(out)[0]
+            else:
+                loss = sum(o.float().sum() for o in _outputs(out))
+            loss.backward()
+
+    if args.device == 'cuda':
+        torch.cuda.reset_peak_memory_stats()
+        base_mem = torch.cuda.memory_allocated() / 2**30
+    else:
+        base_mem = _rss_gib()
     times = []
-    for _ in range(args.repeat):
+    for i in range(args.warmup + args.repeat):
+        _sync(args)
         start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+        out = step()
+        _sync(args)
+        if i == 0:
+            result['first_call_s'] = time.perf_counter() - start
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    if args.device == 'cuda':
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        result['memory'] = 'cuda max allocated'
+    else:  # ru_maxrss is in KiB on Linux
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        result['memory'] = 'peak RSS of the process'
+    result['peak_mem_gib'] = peak
+    result['activation_mem_gib'] = peak - base_mem
     result['seconds'] = statistics.median(times)
     result['images_per_s'] = args.batch / result['seconds']
-    # ru_maxrss is in KiB on Linux
-    result['peak_rss_gib'] = resource.getrusage(
-        resource.RUSAGE_SELF).ru_maxrss / 2**20
     if 'gmac_per_image' in result:
         result['achieved_gflops_per_s'] = (
             2 * result['gmac_per_image'] * args.batch / result['seconds'])
+    if args.mode == 'infer' and base.startswith('xcit_') and \
+            'reference' not in variants:
+        # output difference to the straightforward fp32 computation
+        with torch.no_grad():
+            refs = model.forward_reference(x)
+        diffs = [((o.float() - r).abs().max() / r.abs().max()).item()
+                 for o, r in zip(_outputs(out), refs)]
+        result['max_rel_diff_vs_reference'] = max(diffs)
     return result
 
 
 def measure(model, size, batch, mode, args) -> dict:
     cmd = [sys.executable, osp.abspath(__file__), '--worker',
            '--model', model, '--size', f'{size[0]}x{size[1]}',
-           '--batch', str(batch), '--mode', mode,
+           '--batch', str(batch), '--mode', mode, '--device', args.device,
            '--threads', str(args.threads), '--repeat', str(args.repeat),
            '--warmup', str(args.warmup)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    stub = dict(model=model, h=size[0], w=size[1], batch=batch, mode=mode)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return dict(model=model, h=size[0], w=size[1], batch=batch,
-                    mode=mode, error=f'timeout ({args.timeout} s)')
+        return dict(stub, error=f'timeout ({args.timeout:.0f} s)')
     if proc.returncode != 0:
-        killed = proc.returncode < 0 or 'MemoryError' in proc.stderr
+        killed = proc.returncode < 0 or 'MemoryError' in proc.stderr or \
+            'out of memory' in proc.stderr
         reason = ('out of memory' if killed else
                   (proc.stderr.strip().splitlines() or ['failed'])[-1])
-        return dict(model=model, h=size[0], w=size[1], batch=batch,
-                    mode=mode, error=reason)
+        return dict(stub, error=reason)
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _fmt(value, spec):
+    return '' if value is None else format(value, spec)
+
+
+def ratio_rows(results):
+    """Each XCiT variant against its ``@reference`` at the same size, batch
+    and mode: speed-up and memory ratios."""
+    refs = {}
+    for r in results:
+        base, variants = r['model'].partition('@')[0], r['model']
+        if 'error' not in r and variants.endswith('@reference'):
+            refs[(base, r['h'], r['w'], r['batch'], r['mode'])] = r
+    rows = []
+    for r in results:
+        base = r['model'].partition('@')[0]
+        ref = refs.get((base, r['h'], r['w'], r['batch'], r['mode']))
+        if ref is None or r is ref or 'error' in r:
+            continue
+        rows.append(dict(
+            model=r['model'], size=f'{r["h"]}x{r["w"]}', batch=r['batch'],
+            mode=r['mode'], speedup=ref['seconds'] / r['seconds'],
+            peak_mem_ratio=r['peak_mem_gib'] / ref['peak_mem_gib'],
+            activation_mem_ratio=(r['activation_mem_gib'] /
+                                  ref['activation_mem_gib']),
+            diff=r.get('max_rel_diff_vs_reference')))
+    return rows
+
+
+def scaling_rows(results, small=(800, 1344), large=(1600, 2688)):
+    times = {}
+    for r in results:
+        if 'error' not in r:
+            times[(r['model'], r['batch'], r['mode'], r['h'], r['w'])] = \
+                r['seconds']
+    rows = []
+    for (model, batch, mode, h, w), t in times.items():
+        if (h, w) == large and (model, batch, mode, *small) in times:
+            rows.append((model, batch, mode,
+                         t / times[(model, batch, mode, *small)]))
+    return rows
 
 
 def write_table(results, matmul, args, path):
     lines = [
-        f'Threads: {args.threads}; median of {args.repeat} runs after '
-        f'{args.warmup} warm-up; fp32; machine fp32 matmul: '
-        f'{matmul:.0f} GFLOP/s. Memory: peak resident set of a fresh '
-        'process per measurement (model and libraries included).', '',
-        '| model | input | batch | mode | time (s) | images/s | peak RSS '
-        '(GiB) | GMAC/image | achieved GFLOP/s |',
-        '| --- | --- | --- | --- | --- | --- | --- | --- | --- |'
+        f'{args.threads} threads, device {args.device}; median of '
+        f'{args.repeat} runs after {args.warmup} warm-up; fp32 unless '
+        f'"@bf16"; machine matmul (4096^2): fp32 '
+        f'{matmul["fp32_gflops_per_s"]:.0f} GFLOP/s, bf16 '
+        f'{matmul["bf16_gflops_per_s"]:.0f} GFLOP/s. Memory: '
+        + ('peak resident set of a fresh process per measurement (model '
+           'and libraries included); "act." = that peak minus the resident '
+           'set before the first step.' if args.device == 'cpu' else
+           'torch.cuda.max_memory_allocated; "act." = that minus the memory '
+           'allocated before the first step.'), '',
+        '| model | input | batch | mode | time (s) | images/s | first call '
+        '(s) | peak mem (GiB) | act. mem (GiB) | GMAC/image | achieved '
+        'GFLOP/s |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |'
     ]
     for r in results:
         size = f'{r["h"]}x{r["w"]}'
+        head = f'| {r["model"]} | {size} | {r["batch"]} | {r["mode"]} | '
         if 'error' in r:
-            lines.append(f'| {r["model"]} | {size} | {r["batch"]} | '
-                         f'{r["mode"]} | {r["error"]} | | | | |')
+            lines.append(head + f'{r["error"]} | | | | | | |')
             continue
-        gmac = r.get('gmac_per_image')
-        achieved = r.get('achieved_gflops_per_s')
         lines.append(
-            f'| {r["model"]} | {size} | {r["batch"]} | {r["mode"]} | '
-            f'{r["seconds"]:.3f} | {r["images_per_s"]:.2f} | '
-            f'{r["peak_rss_gib"]:.2f} | '
-            f'{"" if gmac is None else f"{gmac:.1f}"} | '
-            f'{"" if achieved is None else f"{achieved:.0f}"} |')
+            head + f'{r["seconds"]:.3f} | {r["images_per_s"]:.2f} | '
+            f'{r["first_call_s"]:.1f} | {r["peak_mem_gib"]:.2f} | '
+            f'{r["activation_mem_gib"]:.2f} | '
+            f'{_fmt(r.get("gmac_per_image"), ".1f")} | '
+            f'{_fmt(r.get("achieved_gflops_per_s"), ".0f")} |')
+    rows = ratio_rows(results)
+    if rows:
+        lines += [
+            '', 'Against the straightforward computation (`@reference`), '
+            'same run:', '',
+            '| model | input | batch | mode | speed-up | peak mem ratio | '
+            'act. mem ratio | max output diff (rel. to max) |',
+            '| --- | --- | --- | --- | --- | --- | --- | --- |']
+        for r in rows:
+            lines.append(
+                f'| {r["model"]} | {r["size"]} | {r["batch"]} | {r["mode"]} '
+                f'| {r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
+                f'{r["activation_mem_ratio"]:.2f} | '
+                f'{_fmt(r["diff"], ".1e")} |')
+    scaling = scaling_rows(results)
+    if scaling:
+        lines += ['', 'Time at 1600x2688 over time at 800x1344 (4.0 is '
+                  'linear in pixels):', '',
+                  '| model | batch | mode | ratio |', '| --- | --- | --- | --- |']
+        lines += [f'| {m} | {b} | {mode} | {t:.2f} |'
+                  for m, b, mode, t in scaling]
     with open(path, 'w') as f:
         f.write('\n'.join(lines) + '\n')
 
@@ -176,40 +388,54 @@ def plot(results, path):
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.4))
     series = {}
     for r in results:
-        if 'error' not in r and r['mode'] == 'infer' and r['batch'] == 1:
+        if 'error' not in r and r['mode'] == 'infer' and r['batch'] == 1 \
+                and r['model'] not in DETECTORS:
             series.setdefault(r['model'], []).append(
-                (r['h'] * r['w'], r['seconds'], r['peak_rss_gib']))
+                (r['h'] * r['w'], r['seconds'], r['peak_mem_gib']))
     for name, points in sorted(series.items()):
         points.sort()
         px = [p[0] / 1e6 for p in points]
-        ax_t.plot(px, [p[1] for p in points], marker='o', label=name)
-        ax_m.plot(px, [p[2] for p in points], marker='o', label=name)
+        style = '--' if name.endswith('@reference') else '-'
+        ax_t.plot(px, [p[1] for p in points], style, marker='o', label=name)
+        ax_m.plot(px, [p[2] for p in points], style, marker='o', label=name)
+    if series:
+        lo = min(p[0] for s in series.values() for p in s) / 1e6
+        hi = max(p[0] for s in series.values() for p in s) / 1e6
+        ref = min(s[0][1] for s in series.values())
+        ax_t.plot([lo, hi], [ref, ref * hi / lo], ':', color='grey',
+                  label='linear in pixels')
+        ax_t.legend(fontsize=7)
     for ax, label in ((ax_t, 'forward time (s)'),
-                      (ax_m, 'peak resident memory (GiB)')):
+                      (ax_m, 'peak memory (GiB)')):
         ax.set_xscale('log')
         ax.set_yscale('log')
         ax.set_xlabel('pixels (millions)')
         ax.set_ylabel(label)
         ax.grid(True, which='both', alpha=0.3)
-    if series:
-        ax_t.legend(fontsize=8)
-    fig.suptitle('Inference, batch 1, fp32, CPU')
+    fig.suptitle('Backbone inference, batch 1')
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 def parse_size(text):
-    h, w = text.lower().split('x')
-    return int(h), int(w)
+    try:
+        h, w = text.lower().split('x')
+        return int(h), int(w)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'size must be HxW (e.g. 800x1344), got {text!r}')
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0],
+        epilog='See the module docstring (or README) for the model names.')
     parser.add_argument('--models', nargs='+',
-                        default=['xcit_small_12_p16', 'xcit_small_12_p8',
+                        default=['xcit_small_12_p16@reference',
+                                 'xcit_small_12_p16', 'xcit_small_12_p8',
                                  *PEERS])
     parser.add_argument('--sizes', nargs='+', type=parse_size,
                         default=[(512, 512), (800, 1344), (1024, 1024),
@@ -217,6 +443,7 @@ def main():
     parser.add_argument('--batch', nargs='+', type=int, default=[1, 2])
     parser.add_argument('--modes', nargs='+', choices=['infer', 'train'],
                         default=['infer', 'train'])
+    parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
     parser.add_argument('--threads', type=int, default=os.cpu_count())
     parser.add_argument('--repeat', type=int, default=3)
     parser.add_argument('--warmup', type=int, default=1)
@@ -231,18 +458,29 @@ def main():
     parser.add_argument('--mode', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        args.batch = args.batch[0] if isinstance(args.batch, list) \
-            else args.batch
+        args.batch = args.batch[0]
         print(json.dumps(worker(args)))
         return
     for name in args.models:  # fail early on unknown names
-        if not (name.startswith('xcit_') or name in PEERS):
-            parser.error(f'unknown model {name!r}')
+        try:
+            parse_model(name)
+        except ValueError as err:
+            parser.error(str(err))
+    if args.warmup < 1:
+        parser.error('--warmup must be at least 1 (the first call is '
+                     'reported separately, never timed)')
+    if args.device == 'cuda':
+        import torch
+        if not torch.cuda.is_available():
+            parser.error('--device cuda: no CUDA device is available')
 
     os.makedirs(args.out_dir, exist_ok=True)
-    matmul = measure('matmul', (0, 0), 1, 'infer', args)['gflops_per_s']
-    print(f'fp32 matmul, {args.threads} threads: {matmul:.0f} GFLOP/s',
-          flush=True)
+    matmul = measure('matmul', (0, 0), 1, 'infer', args)
+    if 'error' in matmul:
+        raise SystemExit(f'matmul measurement failed: {matmul["error"]}')
+    print(f'matmul, {args.threads} threads: fp32 '
+          f'{matmul["fp32_gflops_per_s"]:.0f} GFLOP/s, bf16 '
+          f'{matmul["bf16_gflops_per_s"]:.0f} GFLOP/s', flush=True)
     results = []
     for name in args.models:
         for size in args.sizes:
@@ -252,7 +490,8 @@ def main():
                     results.append(r)
                     print(json.dumps(r), flush=True)
     with open(osp.join(args.out_dir, 'results.json'), 'w') as f:
-        json.dump(dict(matmul_gflops_per_s=matmul, threads=args.threads,
+        json.dump(dict(matmul=matmul, threads=args.threads,
+                       device=args.device, argv=sys.argv[1:],
                        results=results), f, indent=1)
     write_table(results, matmul, args, osp.join(args.out_dir, 'results.md'))
     plot(results, osp.join(args.out_dir, 'results.png'))

@@ -13,7 +13,7 @@ Everywhere else (autocast, ``torch.compile``, CUDA, other dtypes) the same
 functions run ``F.linear`` / ``F.conv2d`` and element-wise ops, so autograd,
 autocast and compilers see standard operators.
 """
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,17 +40,18 @@ def set_fused_kernels(enabled: bool) -> None:
 
 def select_backend(x: torch.Tensor, training: bool) -> str:
     """The backend for a forward pass on ``x``: oneDNN for fp32 on CPU
-    outside autocast and ``torch.compile`` (which fuses by itself), with
-    fused epilogues when nothing is recorded for autograd and the module is
-    in eval mode (dropout and drop-path are identities)."""
+    outside autocast, with fused epilogues when nothing is recorded for
+    autograd and the module is in eval mode (dropout and drop-path are
+    identities). Under ``torch.compile`` only the fused inference kernels are
+    kept (as custom operators the compiler calls as they are); training is
+    left to the compiler."""
     if not (_enabled and _ONEDNN_OPS and x.device.type == 'cpu'
             and x.dtype == torch.float32
-            and not torch.is_autocast_enabled('cpu')
-            and not torch.compiler.is_compiling()):
+            and not torch.is_autocast_enabled('cpu')):
         return 'torch'
     if not training and not torch.is_grad_enabled():
         return 'fused'
-    return 'onednn'
+    return 'torch' if torch.compiler.is_compiling() else 'onednn'
 
 
 def _check(act: Optional[str], residual: Optional[torch.Tensor],
@@ -118,15 +119,30 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
     if backend == 'onednn':
         y = _OneDNNLinear.apply(x2, weight, bias).view(*lead, -1)
         return _epilogue(y, act, residual)
-    if residual is not None:
-        y = torch.ops.mkldnn._linear_pointwise.binary(
-            x2, residual.reshape(-1, weight.shape[0]), weight, bias, 'add')
-    elif act == 'gelu':
-        y = torch.ops.mkldnn._linear_pointwise(x2, weight, bias, 'gelu', [],
-                                               'none')
-    else:
-        y = _onednn_mm(x2, weight, bias)
+    y = fused_linear(x2, weight, bias, act or 'none', residual if
+                     residual is None else residual.reshape(-1,
+                                                            weight.shape[0]))
     return y.view(*lead, weight.shape[0])
+
+
+@torch.library.custom_op('xcit_dense::fused_linear', mutates_args=())
+def fused_linear(x: torch.Tensor, weight: torch.Tensor,
+                 bias: Optional[torch.Tensor], act: str,
+                 residual: Optional[torch.Tensor]) -> torch.Tensor:
+    """oneDNN ``act(x @ weight.T + bias) (+ residual)`` for 2-D ``x``; a
+    custom operator, so that ``torch.compile`` calls it as it is."""
+    if residual is not None:
+        return torch.ops.mkldnn._linear_pointwise.binary(
+            x, residual, weight, bias, 'add')
+    if act == 'gelu':
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, 'gelu',
+                                                  [], 'none')
+    return _onednn_mm(x, weight, bias)
+
+
+@fused_linear.register_fake
+def _(x, weight, bias, act, residual):
+    return x.new_empty(x.shape[0], weight.shape[0])
 
 
 def conv2d(x: torch.Tensor, weight: torch.Tensor,
@@ -144,11 +160,33 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor,
         return _epilogue(
             F.conv2d(x, weight, bias, stride, padding, 1, groups), act,
             residual)
+    return fused_conv2d(x, weight, bias, stride, padding, groups,
+                        act or 'none', residual)
+
+
+@torch.library.custom_op('xcit_dense::fused_conv2d', mutates_args=())
+def fused_conv2d(x: torch.Tensor, weight: torch.Tensor,
+                 bias: Optional[torch.Tensor], stride: List[int],
+                 padding: List[int], groups: int, act: str,
+                 residual: Optional[torch.Tensor]) -> torch.Tensor:
+    """oneDNN ``act(conv2d(x)) (+ residual)``; a custom operator, so that
+    ``torch.compile`` calls it as it is."""
     if residual is not None:
         return torch.ops.mkldnn._convolution_pointwise.binary(
             x, residual, weight, bias, padding, stride, [1, 1], groups, 'add',
             1.0, None, [], None)
     return torch.ops.mkldnn._convolution_pointwise(
-        x, weight, bias, padding, stride, [1, 1], groups,
-        'gelu' if act == 'gelu' else 'none', [],
+        x, weight, bias, padding, stride, [1, 1], groups, act, [],
         'none' if act == 'gelu' else '')
+
+
+@fused_conv2d.register_fake
+def _(x, weight, bias, stride, padding, groups, act, residual):
+    B, _, H, W = x.shape
+    kh, kw = weight.shape[-2:]
+    shape = (B, weight.shape[0], (H + 2 * padding[0] - kh) // stride[0] + 1,
+             (W + 2 * padding[1] - kw) // stride[1] + 1)
+    channels_last = x.is_contiguous(memory_format=torch.channels_last)
+    return x.new_empty(shape).contiguous(
+        memory_format=torch.channels_last if channels_last else
+        torch.contiguous_format)

@@ -320,9 +320,9 @@ class XCiT(Xcit, BaseModule):
             for level, stride in enumerate(self.out_strides, start=1)
         ]
         self.set_grad_checkpointing(with_cp)
-        if compile_cfg is True:
-            compile_cfg = {}
-        self.compile_cfg = dict(compile_cfg) if compile_cfg else None
+        self.compile_cfg = (None if compile_cfg is None or compile_cfg is
+                            False else {} if compile_cfg is True else
+                            dict(compile_cfg))
         self._freeze_stages()
 
     # ------------------------------------------------------------ arguments

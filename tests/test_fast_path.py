@@ -258,16 +258,28 @@ def test_backend_selection():
 
 
 def test_bf16_autocast_close_to_fp32():
+    """Under an outer autocast (mmengine's ``fp16=True`` loops on CPU) and
+    with ``autocast_dtype='bfloat16'`` (fp32 maps out, for fp32 heads)."""
     model = randomized('nano_12_p16').eval()
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         refs = model(x)
         with torch.autocast('cpu', dtype=torch.bfloat16):
-            outs = model(x)
-    for out, ref in zip(outs, refs):
-        # bf16 keeps 8 bits of mantissa: compare relative to the scale
-        err = (out.float() - ref).abs().max() / ref.abs().max()
-        assert err < 0.05, err
+            outer = model(x)
+        model.autocast_dtype = 'bfloat16'
+        own = model(x)
+    assert all(o.dtype == torch.bfloat16 for o in outer)
+    assert all(o.dtype == torch.float32 for o in own)
+    for outs in (outer, own):
+        for out, ref in zip(outs, refs):
+            # bf16 keeps 8 bits of mantissa: compare relative to the scale
+            err = (out.float() - ref).abs().max() / ref.abs().max()
+            assert 1e-5 < err < 0.05, err
+
+
+def test_autocast_dtype_rejects_bad_values():
+    with pytest.raises(ValueError, match='autocast_dtype must be one of'):
+        XCiT('nano_12_p16', autocast_dtype='bf16')
 
 
 def test_compile_cfg_traces_one_graph():

@@ -21,7 +21,8 @@ Models:
                  trips, positional encoding recomputed), the baseline of the
                  side-by-side ratios;
       compile    ``compile_cfg=True`` (torch.compile, Inductor);
-      bf16       autocast to bfloat16 (float16 on CUDA); the output
+      bf16       ``autocast_dtype='bfloat16'`` (float16 on CUDA): the
+                 backbone under autocast, fp32 maps out; the output
                  difference to fp32 is reported;
       cp         ``with_cp=True`` (gradient checkpointing).
   swin_t, r50        mmdet's Swin-T and ResNet-50 backbones;
@@ -83,13 +84,16 @@ def parse_model(name: str):
         f'{", ".join(PEERS + tuple(DETECTORS))}')
 
 
-def build_backbone(base: str, variants: set):
+def build_backbone(base: str, variants: set, device: str):
     """A backbone by benchmark name, random weights."""
     import torch
     if base.startswith('xcit_'):
         from xcit_dense import XCiT
+        amp_dtype = 'bfloat16' if torch.device(device).type == 'cpu' \
+            else 'float16'
         model = XCiT(arch=base[len('xcit_'):], with_cp='cp' in variants,
-                     compile_cfg=True if 'compile' in variants else None)
+                     compile_cfg=True if 'compile' in variants else None,
+                     autocast_dtype=amp_dtype if 'bf16' in variants else None)
         if 'reference' in variants:
             model.forward = model.forward_reference
         return model
@@ -110,7 +114,6 @@ def build_backbone(base: str, variants: set):
     model = timm.create_model(arch, pretrained=False, num_classes=0,
                               dynamic_img_size=True)
     model.forward = model.forward_features
-    del torch
     return model
 
 
@@ -138,7 +141,7 @@ def _rss_gib() -> float:
 def _matmul(args, dtype_name):
     import torch
     dtype = getattr(torch, dtype_name)
-    n = 4096
+    n = args.matmul_size
     a = torch.randn(n, n, device=args.device).to(dtype)
     b = torch.randn(n, n, device=args.device).to(dtype)
     times = []
@@ -176,11 +179,8 @@ def worker(args) -> dict:
                   mode=args.mode, threads=args.threads, device=args.device)
     detector = base in DETECTORS
     model = (build_detector(base) if detector else
-             build_backbone(base, variants)).to(args.device)
+             build_backbone(base, variants, args.device)).to(args.device)
     model.train(args.mode == 'train')
-    amp_dtype = torch.bfloat16 if args.device == 'cpu' else torch.float16
-    autocast = torch.autocast(args.device, dtype=amp_dtype,
-                              enabled='bf16' in variants)
 
     if detector:
         from mmdet.testing import demo_mm_inputs
@@ -207,20 +207,19 @@ def worker(args) -> dict:
     if args.mode == 'infer':
         if not detector and 'compile' not in variants:
             from mmengine.analysis import FlopAnalyzer
-            with torch.no_grad(), autocast:
+            with torch.no_grad():
                 flops = FlopAnalyzer(model, x[:1])
                 flops.unsupported_ops_warnings(False)
                 flops.uncalled_modules_warnings(False)
                 result['gmac_per_image'] = flops.total() / 1e9
 
         def step():
-            with torch.no_grad(), autocast:
+            with torch.no_grad():
                 return forward()
     else:
         def step():
             model.zero_grad(set_to_none=True)
-            with autocast:
-                out = forward()
+            out = forward()
             if detector:
                 loss = model.parse_losses(out)[0]
             else:
@@ -271,7 +270,8 @@ def measure(model, size, batch, mode, args) -> dict:
            '--model', model, '--size', f'{size[0]}x{size[1]}',
            '--batch', str(batch), '--mode', mode, '--device', args.device,
            '--threads', str(args.threads), '--repeat', str(args.repeat),
-           '--warmup', str(args.warmup)]
+           '--warmup', str(args.warmup), '--matmul-size',
+           str(args.matmul_size)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     stub = dict(model=model, h=size[0], w=size[1], batch=batch, mode=mode)
     try:
@@ -334,7 +334,7 @@ def write_table(results, matmul, args, path):
     lines = [
         f'{args.threads} threads, device {args.device}; median of '
         f'{args.repeat} runs after {args.warmup} warm-up; fp32 unless '
-        f'"@bf16"; machine matmul (4096^2): fp32 '
+        f'"@bf16"; machine matmul ({args.matmul_size}^2): fp32 '
         f'{matmul["fp32_gflops_per_s"]:.0f} GFLOP/s, bf16 '
         f'{matmul["bf16_gflops_per_s"]:.0f} GFLOP/s. Memory: '
         + ('peak resident set of a fresh process per measurement (model '
@@ -449,6 +449,8 @@ def main():
     parser.add_argument('--warmup', type=int, default=1)
     parser.add_argument('--timeout', type=float, default=900,
                         help='seconds per measurement')
+    parser.add_argument('--matmul-size', type=int, default=4096,
+                        help='N of the N x N reference matmul')
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
     # internal: one measurement in a fresh process
     parser.add_argument('--worker', action='store_true',

@@ -56,6 +56,7 @@ ARCH_SETTINGS: Dict[str, dict] = {
     for patch in (16, 8)
 }
 DEFAULT_ARCH = 'small_12_p16'
+AUTOCAST_DTYPES = (None, 'bfloat16', 'float16')
 # Blocks tapped for the four pyramid levels (published detection configs).
 DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
 
@@ -213,6 +214,11 @@ class XCiT(Xcit, BaseModule):
             with ``torch.compile`` on its first call: ``True`` for the
             defaults or a dict of ``torch.compile`` arguments (``mode``,
             ``dynamic``, ``backend``, ...). Defaults to None (eager).
+        autocast_dtype (str, optional): ``'bfloat16'`` or ``'float16'``:
+            run the backbone under ``torch.autocast`` of the input's device
+            and return float32 maps, so the neck and heads stay in fp32 (on
+            CPU, mmcv's NMS takes fp32 only). Defaults to None (the dtype
+            of the caller: fp32, or the autocast already active).
         init_cfg (dict, optional): mmengine initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see
@@ -248,6 +254,7 @@ class XCiT(Xcit, BaseModule):
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  compile_cfg: Union[bool, dict, None] = None,
+                 autocast_dtype: Optional[str] = None,
                  init_cfg: Optional[dict] = None):
         settings = self.resolve_arch(
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
@@ -264,6 +271,10 @@ class XCiT(Xcit, BaseModule):
             raise ValueError(
                 f'compile_cfg must be None, a bool or a dict of '
                 f'torch.compile arguments, got {type(compile_cfg).__name__}')
+        if autocast_dtype not in AUTOCAST_DTYPES:
+            raise ValueError(
+                f'autocast_dtype must be one of {AUTOCAST_DTYPES}, got '
+                f'{autocast_dtype!r}')
         if init_cfg is not None and not isinstance(init_cfg, dict):
             raise ValueError(f'init_cfg must be a dict or None, got '
                              f'{type(init_cfg).__name__}')
@@ -320,6 +331,7 @@ class XCiT(Xcit, BaseModule):
             for level, stride in enumerate(self.out_strides, start=1)
         ]
         self.set_grad_checkpointing(with_cp)
+        self.autocast_dtype = autocast_dtype
         self.compile_cfg = (None if compile_cfg is None or compile_cfg is
                             False else {} if compile_cfg is True else
                             dict(compile_cfg))
@@ -670,6 +682,16 @@ class XCiT(Xcit, BaseModule):
         return out
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        if self.autocast_dtype is not None and \
+                not torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type,
+                                dtype=getattr(torch, self.autocast_dtype)):
+                outs = self._forward_maybe_compiled(x)
+            return tuple(o.float() for o in outs)
+        return self._forward_maybe_compiled(x)
+
+    def _forward_maybe_compiled(
+            self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         if self.compile_cfg is not None and \
                 not torch.compiler.is_compiling():
             compiled = self.__dict__.get('_compiled_forward')

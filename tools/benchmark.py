@@ -416,16 +416,34 @@ def plot(results, path):
         ax_t.plot([lo, hi], [ref, ref * hi / lo], ':', color='grey',
                   label='linear in pixels')
         ax_t.legend(fontsize=7)
+    from matplotlib.ticker import NullFormatter
+    pixels = sorted({p[0] / 1e6 for s in series.values() for p in s})
     for ax, label in ((ax_t, 'forward time (s)'),
                       (ax_m, 'peak memory (GiB)')):
         ax.set_xscale('log')
         ax.set_yscale('log')
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        if pixels:  # one labelled tick per measured size
+            ticks = [v for i, v in enumerate(pixels)
+                     if i == 0 or v > 1.2 * pixels[i - 1]]
+            ax.set_xticks(ticks, [f'{v:.2g}' for v in ticks])
+        ax.set_yticks(*_log_ticks(ax))
         ax.set_xlabel('pixels (millions)')
         ax.set_ylabel(label)
         ax.grid(True, which='both', alpha=0.3)
     fig.suptitle('Backbone inference, batch 1')
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _log_ticks(ax):
+    """Readable major ticks (1, 2, 5 x 10^k) within the y range."""
+    lo, hi = ax.get_ylim()
+    ticks = [m * 10**k for k in range(-3, 4) for m in (1, 2, 5)
+             if lo <= m * 10**k <= hi]
+    return ticks, [f'{t:g}' for t in ticks]
 
 
 def parse_size(text):

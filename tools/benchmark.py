@@ -192,7 +192,6 @@ def worker(args) -> dict:
                                      ori_shape=(h, w)))
         data = model.data_preprocessor(packed, training=args.mode == 'train')
         inputs, samples = data['inputs'], data['data_samples']
-        x = inputs
 
         def forward():
             if args.mode == 'train':
@@ -211,8 +210,10 @@ def worker(args) -> dict:
             # every XCiT variant computes the same maths: counted on the
             # straightforward path, whose operators the counter knows (not
             # the oneDNN custom operators, checkpointing or compiled code)
-            counted = build_backbone(base, {'reference'}, args.device).to(
-                args.device).eval() if base.startswith('xcit_') else model
+            counted = model
+            if base.startswith('xcit_') and 'reference' not in variants:
+                counted = build_backbone(base, {'reference'},
+                                         args.device).to(args.device).eval()
             with torch.no_grad():
                 flops = FlopAnalyzer(counted, x[:1])
                 flops.unsupported_ops_warnings(False)
@@ -301,15 +302,15 @@ def _fmt(value, spec):
 def ratio_rows(results):
     """Each XCiT variant against its ``@reference`` at the same size, batch
     and mode: speed-up and memory ratios."""
-    refs = {}
-    for r in results:
-        base, variants = r['model'].partition('@')[0], r['model']
-        if 'error' not in r and variants.endswith('@reference'):
-            refs[(base, r['h'], r['w'], r['batch'], r['mode'])] = r
+    def key(r):
+        return (r['model'].partition('@')[0], r['h'], r['w'], r['batch'],
+                r['mode'])
+
+    refs = {key(r): r for r in results
+            if 'error' not in r and r['model'].endswith('@reference')}
     rows = []
     for r in results:
-        base = r['model'].partition('@')[0]
-        ref = refs.get((base, r['h'], r['w'], r['batch'], r['mode']))
+        ref = refs.get(key(r))
         if ref is None or r is ref or 'error' in r:
             continue
         rows.append(dict(

@@ -119,9 +119,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
     if backend == 'onednn':
         y = _OneDNNLinear.apply(x2, weight, bias).view(*lead, -1)
         return _epilogue(y, act, residual)
-    y = fused_linear(x2, weight, bias, act or 'none', residual if
-                     residual is None else residual.reshape(-1,
-                                                            weight.shape[0]))
+    if residual is not None:
+        residual = residual.reshape(-1, weight.shape[0])
+    y = fused_linear(x2, weight, bias, act or 'none', residual)
     return y.view(*lead, weight.shape[0])
 
 

@@ -85,6 +85,13 @@ def _fold_batchnorm(
     return weight * scale.view(-1, *([1] * (weight.dim() - 1))), shift
 
 
+def _crop(y: torch.Tensor, H: int, W: int, stride: int) -> torch.Tensor:
+    """Pyramid level of an ``H x W`` image at ``stride``: up-sampled maps
+    of a size that is not a multiple of the patch cover a little more than
+    the image; keep ``ceil(H / stride) x ceil(W / stride)``."""
+    return y[..., :-(-H // stride), :-(-W // stride)]
+
+
 def _tokens_to_nchw(x: torch.Tensor, H: int, W: int) -> torch.Tensor:
     B, _, C = x.shape
     out = x.new_empty(B, C, H, W)
@@ -432,9 +439,8 @@ class XCiT(Xcit, BaseModule):
         """Convolutional patch embedding; returns (B, N, C) tokens."""
         backend = self._backend(x)
         x = x.contiguous(memory_format=torch.channels_last)
-        layers = list(self.patch_embed.proj)
-        i = 0
-        while i < len(layers):
+        layers = list(self.patch_embed.proj)  # (conv, norm), GELU, ...
+        for i in range(0, len(layers), 2):
             conv, norm = layers[i]
             act_layer = layers[i + 1] if i + 1 < len(layers) else None
             act = 'gelu' if _is_exact_gelu(act_layer) else None
@@ -447,7 +453,6 @@ class XCiT(Xcit, BaseModule):
                                    conv.groups, act=act, backend=backend)
             if act_layer is not None and act is None:
                 x = act_layer(x)
-            i += 2
         B, C, H, W = x.shape
         # channels-last NCHW is (B, H, W, C) in memory: a view, no copy
         return x.permute(0, 2, 3, 1).reshape(B, H * W, C), H, W
@@ -589,6 +594,10 @@ class XCiT(Xcit, BaseModule):
 
         return self._assemble(x, chunks, output)
 
+    def _checkpointing(self) -> bool:
+        """``with_cp`` applies: set, and autograd is recording."""
+        return self.grad_checkpointing and torch.is_grad_enabled()
+
     def forward_tokens(
             self, x: torch.Tensor) -> Tuple[List[torch.Tensor], int, int]:
         """Outputs of the blocks in ``out_indices`` as (B, N, C) tokens, and
@@ -598,7 +607,7 @@ class XCiT(Xcit, BaseModule):
             x = x + self.pos_embed.tokens(H, W)
         x = self.pos_drop(x)
         taps = []
-        checkpointing = self.grad_checkpointing and torch.is_grad_enabled()
+        checkpointing = self._checkpointing()
         for i, blk in enumerate(self.blocks):
             if checkpointing:
                 x = checkpoint(self._block, blk, x, H, W, use_reentrant=False)
@@ -709,9 +718,7 @@ class XCiT(Xcit, BaseModule):
         for tap, resampler, stride in zip(taps, self.resamplers,
                                           self.out_strides):
             y = self._resample(resampler, tap, Hp, Wp)
-            # Up-sampled maps of a size that is not a multiple of the patch
-            # cover a little more than the image: keep ceil(H / stride).
-            outs.append(y[..., :-(-H // stride), :-(-W // stride)])
+            outs.append(_crop(y, H, W, stride))
         return tuple(outs)
 
     def forward_reference(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
@@ -729,8 +736,9 @@ class XCiT(Xcit, BaseModule):
             x = x + pos.reshape(B, -1, x.shape[1]).permute(0, 2, 1)
         x = self.pos_drop(x)
         outs = []
+        checkpointing = self._checkpointing()
         for i, blk in enumerate(self.blocks):
-            if self.grad_checkpointing and torch.is_grad_enabled():
+            if checkpointing:
                 x = checkpoint(blk, x, Hp, Wp, use_reentrant=False)
             else:
                 x = blk(x, Hp, Wp)
@@ -738,7 +746,7 @@ class XCiT(Xcit, BaseModule):
                 stride = self.out_strides[len(outs)]
                 tap = x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2).contiguous()
                 y = self.resamplers[len(outs)](tap)
-                outs.append(y[..., :-(-H // stride), :-(-W // stride)])
+                outs.append(_crop(y, H, W, stride))
         return tuple(outs)
 
     # ------------------------------------------------------------ training

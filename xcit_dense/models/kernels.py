@@ -104,6 +104,29 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+class _Gram(torch.autograd.Function):
+    """``z^T z`` for (B, N, C) ``z``; the gradient uses the symmetry of the
+    result (one GEMM instead of two)."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return torch.bmm(z.transpose(1, 2), z)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        z, = ctx.saved_tensors
+        return torch.bmm(z, grad + grad.transpose(1, 2))
+
+
+def gram(z: torch.Tensor) -> torch.Tensor:
+    """The (B, C, C) matrix ``z^T z`` of (B, N, C) tokens, in fp32 (also
+    under autocast: it feeds a product whose rounding error it bounds)."""
+    with torch.autocast(z.device.type, enabled=False):
+        return _Gram.apply(z.float())
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor,
            bias: Optional[torch.Tensor], act: Optional[str] = None,
            residual: Optional[torch.Tensor] = None,

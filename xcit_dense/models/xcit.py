@@ -502,45 +502,77 @@ class XCiT(Xcit, BaseModule):
     def _xca(self, blk: nn.Module, x: torch.Tensor, chunks: List[slice],
              backend: str) -> torch.Tensor:
         """``x + gamma1 * XCA(norm1(x))``: softmax(q^T k / (|q||k|) * t) per
-        head, applied to v and projected. Two passes over the tokens: the
-        first accumulates q^T k and the norms of q and k, the second computes
-        v and the output; the (C x C) product of the block-diagonal attention
-        and the projection is formed in between, so each token meets one
-        matrix instead of two."""
+        head, applied to v and projected.
+
+        q, k and v are affine in the normalised tokens z, so every channel
+        product the attention needs follows from the (C x C) second moments
+        ``z^T z`` and the column sums of z. The first pass over the tokens
+        accumulates those (a C-wide GEMM per token instead of the 2C-wide q, k
+        projection); the attention is formed at C x C cost and folded with the
+        v projection and the output projection into one (C x C) matrix per
+        image, which the second pass applies (one GEMM per token instead of
+        two)."""
         attn = blk.attn
         B, N, C = x.shape
         heads = attn.num_heads
         d = C // heads
-        w_qk, w_v = attn.qkv.weight[:2 * C], attn.qkv.weight[2 * C:]
-        b_qk = b_v = None
-        if attn.qkv.bias is not None:
-            b_qk, b_v = attn.qkv.bias[:2 * C], attn.qkv.bias[2 * C:]
         normed = [blk.norm1(x)] if len(chunks) == 1 else None
-
-        gram, sq = 0, 0
-        for i, sl in enumerate(chunks):
+        gram, total = 0, 0
+        for sl in chunks:
             z = normed[0] if normed else blk.norm1(x[:, sl])
-            qk = kernels.linear(z, w_qk, b_qk, backend=backend)
-            T = qk.shape[1]
-            q = qk[..., :C].view(B, T, heads, d).permute(0, 2, 3, 1)
-            k = qk[..., C:].view(B, T, heads, d).transpose(1, 2)
-            # accumulated in fp32 (also under autocast)
-            gram = gram + (q @ k).float()
-            sq = sq + qk.float().square().sum(dim=1)
+            gram = gram + kernels.gram(z)
+            total = total + z.sum(dim=1, dtype=torch.float32)
+        # for q = z W_q^T + b_q and k = z W_k^T + b_k (each N x C):
+        # q^T k = W_q G W_k^T + (W_q s + N b_q) b_k^T + b_q (W_k s)^T and
+        # |q_c|^2 = (W_q G W_q^T)_cc + b_c (2 (W_q s)_c + N b_c), G = z^T z,
+        # s = z^T 1; the same for k
+        w = attn.qkv.weight.float()
+        w_qk, w_v = w[:2 * C], w[2 * C:]
+        wg = torch.matmul(w_qk, gram)  # (B, 2C, C)
+        ws = total @ w_qk.t()  # (B, 2C)
+        sq = (wg * w_qk).sum(dim=-1)
+        qk = torch.einsum('bhic,hjc->bhij', wg[:, :C].view(B, heads, d, C),
+                          w_qk[C:].view(heads, d, C))
+        b_v = None
+        if attn.qkv.bias is not None:
+            bias = attn.qkv.bias.float()
+            b_qk, b_v = bias[:2 * C], bias[2 * C:]
+            sq = sq + b_qk * (2 * ws + N * b_qk)
+            qk = qk + ((ws[:, :C] + N * b_qk[:C]).view(B, heads, d, 1) *
+                       b_qk[C:].view(heads, 1, d) +
+                       b_qk[:C].view(heads, d, 1) *
+                       ws[:, C:].view(B, heads, 1, d))
         # F.normalize's eps on the L2 norms of the q and k channels
-        norm = sq.sqrt().clamp_min(1e-12).view(B, 2, heads, d)
-        logits = gram / (norm[:, 0].unsqueeze(-1) * norm[:, 1].unsqueeze(-2))
+        norm = sq.clamp_min(0).sqrt().clamp_min(1e-12).view(B, 2, heads, d)
+        logits = qk / (norm[:, 0].unsqueeze(-1) * norm[:, 1].unsqueeze(-2))
         a = attn.attn_drop((logits * attn.temperature).softmax(dim=-1))
-        proj_w = attn.proj.weight * blk.gamma1.unsqueeze(1)  # layer scale
-        mix = torch.einsum('bhij,ohi->bhjo', a.to(proj_w.dtype),
-                           proj_w.view(C, heads, d)).reshape(B, C, C)
-        proj_b = attn.proj.bias * blk.gamma1
+        # out = z (W_p A W_v)^T + W_p A b_v + b_p, A block-diagonal (heads),
+        # gamma1 (layer scale) folded into W_p and b_p
+        g1 = blk.gamma1.float()
+        proj_w = attn.proj.weight.float() * g1.unsqueeze(1)
+        pa = torch.einsum('ohi,bhij->bohj', proj_w.view(C, heads, d),
+                          a).reshape(B, C, C)
+        weight = pa @ w_v
+        bias = (attn.proj.bias.float() * g1).expand(B, C)
+        if b_v is not None:
+            bias = bias + pa @ b_v
+        weight, bias = weight.to(x.dtype), bias.to(x.dtype)
 
         def output(sl: slice) -> torch.Tensor:
             z = normed[0] if normed else blk.norm1(x[:, sl])
-            v = kernels.linear(z, w_v, b_v, backend=backend)
-            y = torch.baddbmm(proj_b, v, mix)
-            return x[:, sl] + blk.drop_path1(attn.proj_drop(y))
+            xs = x[:, sl]
+            if backend == 'fused':  # eval: dropout, drop-path are identities
+                outs = [kernels.linear(z[i], weight[i], bias[i],
+                                       residual=xs[i], backend=backend)
+                        for i in range(B)]
+                return torch.stack(outs) if B > 1 else outs[0].unsqueeze(0)
+            if backend == 'onednn':
+                outs = [kernels.linear(z[i], weight[i], bias[i],
+                                       backend=backend) for i in range(B)]
+                y = torch.stack(outs) if B > 1 else outs[0].unsqueeze(0)
+            else:
+                y = torch.baddbmm(bias.unsqueeze(1), z, weight.transpose(1, 2))
+            return xs + blk.drop_path1(attn.proj_drop(y))
 
         return self._assemble(x, chunks, output)
 

@@ -239,6 +239,55 @@ def test_onednn_linear_gradients():
         torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize('frozen', [False, True])
+def test_onednn_mlp_gradients(frozen):
+    """fc1 -> GELU -> fc2 with the activation recomputed in backward; also
+    with frozen (no-grad) weights."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 7, 16, requires_grad=True)
+    params = [torch.randn(32, 16) * 0.3, torch.randn(32),
+              torch.randn(16, 32) * 0.3, torch.randn(16)]
+    for p in params:
+        p.requires_grad_(not frozen)
+    grad = torch.randn(2, 7, 16)
+    y = kernels.mlp(x, *params, backend='onednn')
+    y.backward(grad)
+    ours = [t.grad for t in [x] + params]
+    ref_inputs = [t.detach().requires_grad_(t.requires_grad)
+                  for t in [x] + params]
+    w1, b1, w2, b2 = ref_inputs[1:]
+    ref = F.linear(F.gelu(F.linear(ref_inputs[0], w1, b1)), w2, b2)
+    ref.backward(grad)
+    torch.testing.assert_close(y, ref, rtol=0, atol=1e-5)
+    for mine, t in zip(ours, ref_inputs):
+        if t.requires_grad:
+            torch.testing.assert_close(mine, t.grad, rtol=1e-5, atol=1e-5)
+        else:
+            assert mine is None
+
+
+def test_gram_gradient():
+    z = torch.randn(2, 9, 5, dtype=torch.float64, requires_grad=True)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert kernels.gram(z.float()).dtype == torch.float32
+    torch.autograd.gradcheck(lambda t: kernels._Gram.apply(t), (z,))
+
+
+def test_training_with_dropout_matches_reference():
+    """Dropout in the MLP and on the attention takes the general MLP path;
+    with rate 1 the masks are deterministic (everything dropped)."""
+    model = randomized('nano_12_p16', drop_rate=1.0,
+                       attn_drop_rate=1.0).train()
+    ref_model = copy.deepcopy(model)
+    x = torch.randn(1, 3, 64, 64)
+    outs, grads = _loss_and_grads(model, model, x)
+    refs, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference,
+                                      x)
+    assert_outputs_close([o.detach() for o in outs],
+                         [r.detach() for r in refs])
+    assert_grads_close(grads, ref_grads)
+
+
 def test_backend_selection():
     x = torch.zeros(1)
     with torch.no_grad():

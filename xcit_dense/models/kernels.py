@@ -104,6 +104,51 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_w, grad_b
 
 
+class _OneDNNMLP(torch.autograd.Function):
+    """``gelu(x @ w1.T + b1) @ w2.T + b2`` for 2-D ``x`` on oneDNN GEMMs.
+    Only the pre-activation is kept for backward (the hidden activation is
+    recomputed from it, and its buffer then takes the hidden gradient, GELU's
+    backward in place): one fewer hidden-size tensor stored per MLP, and one
+    hidden-size buffer allocated in backward instead of two."""
+
+    @staticmethod
+    def forward(ctx, x, w1, b1, w2, b2):
+        h = _onednn_mm(x, w1, b1)
+        y = _onednn_mm(F.gelu(h), w2, b2)
+        ctx.save_for_backward(x, w1, w2, h)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        x, w1, w2, h = ctx.saved_tensors
+        hidden = F.gelu(h)
+        need = ctx.needs_input_grad
+        grad_w2 = grad.t().mm(hidden) if need[3] else None
+        grad_b2 = grad.sum(0) if need[4] else None
+        hidden = torch.mm(grad, w2, out=hidden)  # gradient of the activation
+        torch.ops.aten.gelu_backward.grad_input(hidden, h,
+                                                grad_input=hidden)
+        grad_x = _onednn_mm(hidden, w1.t()) if need[0] else None
+        grad_w1 = hidden.t().mm(x) if need[1] else None
+        grad_b1 = hidden.sum(0) if need[2] else None
+        return grad_x, grad_w1, grad_b1, grad_w2, grad_b2
+
+
+def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor,
+        w2: torch.Tensor, b2: torch.Tensor,
+        residual: Optional[torch.Tensor] = None,
+        backend: str = 'torch') -> torch.Tensor:
+    """``gelu(x @ w1.T + b1) @ w2.T + b2`` (exact GELU), plus ``residual``
+    if given."""
+    if backend == 'onednn':
+        lead = x.shape[:-1]
+        y = _OneDNNMLP.apply(x.reshape(-1, x.shape[-1]), w1, b1, w2, b2)
+        return _epilogue(y.view(*lead, -1), None, residual)
+    hidden = linear(x, w1, b1, act='gelu', backend=backend)
+    return linear(hidden, w2, b2, residual=residual, backend=backend)
+
+
 class _Gram(torch.autograd.Function):
     """``z^T z`` for (B, N, C) ``z``; the gradient uses the symmetry of the
     result (one GEMM instead of two)."""

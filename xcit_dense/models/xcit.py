@@ -611,8 +611,17 @@ class XCiT(Xcit, BaseModule):
         g2 = blk.gamma2
         w2, b2 = mlp.fc2.weight * g2.unsqueeze(1), mlp.fc2.bias * g2
 
+        plain = act is not None and isinstance(mlp.norm, nn.Identity) and (
+            not self.training or mlp.drop1.p == mlp.drop2.p == 0)
+
         def output(sl: slice) -> torch.Tensor:
             xs = x[:, sl]
+            if plain:  # fc1, GELU, fc2 as one kernel call
+                fused = backend == 'fused'  # eval: drop-path is the identity
+                y = kernels.mlp(blk.norm2(xs), mlp.fc1.weight, mlp.fc1.bias,
+                                w2, b2, residual=xs if fused else None,
+                                backend=backend)
+                return y if fused else xs + blk.drop_path2(y)
             y = kernels.linear(blk.norm2(xs), mlp.fc1.weight, mlp.fc1.bias,
                                act=act, backend=backend)
             if act is None:

@@ -1,8 +1,8 @@
 """The fast forward pass computes what the straightforward one computes.
 
 ``XCiT.forward`` (channels-last tokens, folded layer scale and BatchNorm, XCA
-folded into its projection, token-GEMM transposed convolutions, oneDNN kernels,
-inference by pieces of tokens) is compared with ``XCiT.forward_reference``
+from second moments folded into one matrix, token-GEMM transposed
+convolutions, oneDNN kernels, inference by pieces of tokens) is compared with ``XCiT.forward_reference``
 (timm's blocks, NCHW round trips, the pyramid modules as they are): outputs
 within 1e-4 in fp32 and the same gradients, for every path the forward can
 take. Speed is measured by tools/benchmark.py, not here.
@@ -97,6 +97,8 @@ def test_pieces_sized_by_memory():
         # largest temporary, the MLP hidden layer: 4096 * 1536 * 4 B = 24 MiB
         assert model._chunk_tokens(x) == 4096
         assert max(s.stop - s.start for s in model._chunks(x)) <= 4096
+        # XCA's temporaries are 384 wide
+        assert model._chunk_tokens(x, width=384) == 16384
     assert model._chunk_tokens(x) == 100000  # autograd: one piece
 
 
@@ -266,8 +268,11 @@ def test_onednn_mlp_gradients(frozen):
             assert mine is None
 
 
-def test_gram_gradient():
-    z = torch.randn(2, 9, 5, dtype=torch.float64, requires_grad=True)
+@pytest.mark.parametrize('channels', [5, 64, 67])  # one GEMM; blocks
+def test_gram(channels):
+    z = torch.randn(2, 9, channels, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(kernels._Gram.apply(z),
+                               z.transpose(1, 2) @ z)
     with torch.autocast('cpu', dtype=torch.bfloat16):
         assert kernels.gram(z.float()).dtype == torch.float32
     torch.autograd.gradcheck(lambda t: kernels._Gram.apply(t), (z,))

@@ -6,8 +6,12 @@ uses oneDNN's primitives -- the ones Inductor itself emits for CPU,
 fp32 GEMM is faster than the BLAS call behind ``F.linear`` for XCiT's
 token-matrix shapes (forward and input gradient; ``torch.mm`` stays faster for
 the weight gradient), and in inference they compute ``act(x W^T + b)`` or
-``x W^T + b + residual`` as one kernel. The arithmetic is the same; outputs
-differ from the standard operators only by float rounding (tested to 1e-4).
+``x W^T + b + residual`` as one kernel. In training the MLP is one autograd
+function (:func:`mlp`) that keeps only the pre-activation and reuses buffers
+in backward: on CPU, large fresh allocations are returned to the OS and
+page-faulted in again on every use, which costs as much as the GEMMs
+themselves for hidden-size tensors. The arithmetic is the same; outputs differ
+from the standard operators only by float rounding (tested to 1e-4).
 
 Everywhere else (autocast, ``torch.compile``, CUDA, other dtypes) the same
 functions run ``F.linear`` / ``F.conv2d`` and element-wise ops, so autograd,
@@ -150,13 +154,22 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor,
 
 
 class _Gram(torch.autograd.Function):
-    """``z^T z`` for (B, N, C) ``z``; the gradient uses the symmetry of the
-    result (one GEMM instead of two)."""
+    """``z^T z`` for (B, N, C) ``z``, using its symmetry: three of the four
+    (C/2 x C/2) blocks are computed (3/4 of the GEMM), and the gradient is
+    one GEMM instead of two."""
 
     @staticmethod
     def forward(ctx, z):
         ctx.save_for_backward(z)
-        return torch.bmm(z.transpose(1, 2), z)
+        half = z.shape[-1] // 2
+        if half < 32:
+            return torch.bmm(z.transpose(1, 2), z)
+        a, b = z[..., :half], z[..., half:]
+        ab = torch.bmm(a.transpose(1, 2), b)
+        return torch.cat([
+            torch.cat([torch.bmm(a.transpose(1, 2), a), ab], dim=2),
+            torch.cat([ab.transpose(1, 2), torch.bmm(b.transpose(1, 2), b)],
+                      dim=2)], dim=1)
 
     @staticmethod
     @once_differentiable

@@ -236,8 +236,9 @@ class XCiT(Xcit, BaseModule):
     out_strides: Tuple[int, ...] = (4, 8, 16, 32)
     #: Tokens per piece in inference (no autograd): the token-wise layers
     #: and the pyramid's transposed convolutions run piece by piece. ``None``
-    #: sizes the pieces so that the largest temporary (the MLP's hidden
-    #: activations) stays within ``inference_chunk_mib``.
+    #: sizes the pieces of each layer so that its largest temporary (the
+    #: MLP's hidden activations, the XCA input's normalised copy, ...) stays
+    #: within ``inference_chunk_mib``.
     inference_chunk: Optional[int] = None
     inference_chunk_mib: float = 24
 
@@ -424,13 +425,15 @@ class XCiT(Xcit, BaseModule):
 
     # ------------------------------------------------------------ forward
     # The forward pass computes what timm's blocks and the published pyramid
-    # compute (``forward_reference``), with fewer memory passes: tokens stay
-    # (B, N, C) = channels-last throughout (depth-wise convolutions and norms
-    # run on channels-last views, no NCHW round trips), layer-scale gammas and
-    # eval-mode BatchNorms are folded into the adjacent weights, the XCA
-    # attention is folded into the output projection, transposed 2x2
-    # convolutions are token GEMMs plus one pixel shuffle, and fp32 CPU
-    # inference uses oneDNN kernels with fused GELU / residual epilogues
+    # compute (``forward_reference``), with fewer FLOPs and memory passes:
+    # tokens stay (B, N, C) = channels-last throughout (depth-wise
+    # convolutions and norms run on channels-last views, no NCHW round
+    # trips), layer-scale gammas and eval-mode BatchNorms are folded into the
+    # adjacent weights, XCA is computed from the second moments of its input
+    # and applied as one C x C matrix (two token GEMMs instead of four),
+    # transposed 2x2 convolutions are token GEMMs plus one pixel shuffle, and
+    # fp32 CPU runs on oneDNN kernels: fused GELU / residual epilogues in
+    # inference, an MLP that recomputes its hidden activation in training
     # (:mod:`xcit_dense.models.kernels`).
     def _backend(self, x: torch.Tensor) -> str:
         return kernels.select_backend(x, self.training)
@@ -457,26 +460,31 @@ class XCiT(Xcit, BaseModule):
         # channels-last NCHW is (B, H, W, C) in memory: a view, no copy
         return x.permute(0, 2, 3, 1).reshape(B, H * W, C), H, W
 
-    def _chunk_tokens(self, x: torch.Tensor) -> int:
-        """Tokens per piece in inference; the whole map (every token) when
-        autograd records or a compiler traces."""
+    def _chunk_tokens(self, x: torch.Tensor,
+                      width: Optional[int] = None) -> int:
+        """Tokens per piece in inference for a layer whose widest temporary
+        has ``width`` channels per token (default: the MLP's hidden layer);
+        the whole map (every token) when autograd records or a compiler
+        traces."""
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
             return x.shape[1]
         if self.inference_chunk:
             return self.inference_chunk
-        hidden = self.blocks[0].mlp.fc1.out_features if len(self.blocks) \
-            else 4 * self.embed_dim
+        if width is None:
+            width = self.blocks[0].mlp.fc1.out_features if len(self.blocks) \
+                else 4 * self.embed_dim
         return max(1, int(self.inference_chunk_mib * 2**20) //
-                   (hidden * x.element_size()))
+                   (width * x.element_size()))
 
-    def _chunks(self, x: torch.Tensor) -> List[slice]:
+    def _chunks(self, x: torch.Tensor,
+                width: Optional[int] = None) -> List[slice]:
         """Token ranges processed one at a time: all at once when autograd
         records, otherwise equal pieces of at most ``_chunk_tokens`` (the
         token-wise layers then need no more memory than that, and no
         temporary is large enough for the allocator to hand it back to the
         OS and page-fault it in again on the next call)."""
         n = x.shape[1]
-        pieces = -(-n // self._chunk_tokens(x))
+        pieces = -(-n // self._chunk_tokens(x, width))
         size = -(-n // pieces)
         return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
@@ -484,10 +492,10 @@ class XCiT(Xcit, BaseModule):
                W: int) -> torch.Tensor:
         """One timm ``XCABlock`` on (B, N, C) tokens."""
         backend = self._backend(x)
-        chunks = self._chunks(x)
-        x = self._xca(blk, x, chunks, backend)
+        # XCA's temporaries are C wide, the MLP's hidden layer 4C
+        x = self._xca(blk, x, self._chunks(x, width=x.shape[-1]), backend)
         x = self._lpi(blk, x, H, W, backend)
-        return self._mlp(blk, x, chunks, backend)
+        return self._mlp(blk, x, self._chunks(x), backend)
 
     @staticmethod
     def _assemble(x: torch.Tensor, chunks: List[slice], compute) -> torch.Tensor:
@@ -705,6 +713,9 @@ class XCiT(Xcit, BaseModule):
         gradients. Returns (B, 4*H*W, C) tokens or, with ``nchw``, an NCHW
         map."""
         B, C_out = x.shape[0], weight.shape[1]
+        if nchw and act is None and not torch.is_grad_enabled() and \
+                not torch.compiler.is_compiling():  # (out= into a view)
+            return self._upsample2x_nchw(x, weight, bias, H, W, backend)
         if nchw:  # GEMM columns (C_out, ky, kx)
             w_mat = weight.flatten(1).t()
             b_vec = bias.repeat_interleave(4)
@@ -729,6 +740,31 @@ class XCiT(Xcit, BaseModule):
             else:
                 dst[:, band].copy_(
                     y.view(B, R, W, 2, 2, C_out).permute(0, 1, 3, 2, 4, 5))
+        return out
+
+    def _upsample2x_nchw(self, x: torch.Tensor, weight: torch.Tensor,
+                         bias: torch.Tensor, H: int, W: int,
+                         backend: str) -> torch.Tensor:
+        """:meth:`_upsample2x` to an NCHW map without autograd: the GEMM is
+        computed transposed, ``(C_out, ky, kx) x tokens``, so that the pixel
+        shuffle interleaves two contiguous rows per output row (``kx``)
+        instead of gathering pairs of values a token apart, and adds the bias
+        as it writes."""
+        B, C_out = x.shape[0], weight.shape[1]
+        w_mat = weight.flatten(1).t().contiguous()  # rows (C_out, ky, kx)
+        out = x.new_empty(B, C_out, 2 * H, 2 * W)
+        dst = out.view(B, C_out, H, 2, W, 2)
+        bias = bias.view(C_out, 1, 1, 1)
+        rows = max(1, min(H, self._chunk_tokens(x) // W))
+        for b in range(B):
+            for r in range(0, H, rows):
+                band = slice(r, min(r + rows, H))
+                y = kernels.linear(w_mat, x[b, r * W:band.stop * W], None,
+                                   backend=backend)
+                y = y.view(C_out, 2, 2, band.stop - r, W)
+                for kx in range(2):  # (C_out, rows, ky, W), W stride 2
+                    torch.add(y[:, :, kx].transpose(1, 2), bias,
+                              out=dst[b, :, band, :, :, kx])
         return out
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:

@@ -27,6 +27,8 @@ def test_backbone_variants_and_ratios(tmp_path):
     assert ref['seconds'] > 0 and ref['peak_mem_gib'] > 0
     assert ref['gmac_per_image'] > 0 and ref['first_call_s'] > 0
     assert 'max_rel_diff_vs_reference' not in ref
+    assert 'executed_gmac_per_image' not in ref
+    assert rows['xcit_nano_12_p16']['executed_gmac_per_image'] > 0
     # fp32 is exact, bf16 close; both measured against the reference
     assert rows['xcit_nano_12_p16']['max_rel_diff_vs_reference'] < 1e-4
     assert 1e-4 < rows['xcit_nano_12_p16@bf16'][

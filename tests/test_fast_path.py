@@ -317,6 +317,30 @@ def test_fast_path_executes_fewer_multiply_adds():
     assert reference - ours == 2 * 4 * saved  # the counter: 2 per MAC
 
 
+def test_xca_rounding_like_the_direct_route():
+    """XCA from second moments at a realistic size (4200 tokens, C = 384,
+    channel means up to 3 standard deviations): its fp32 error against an
+    fp64 evaluation of timm's XCA is of the size of timm's own fp32 error."""
+    torch.manual_seed(0)
+    model = randomized('small_12_p16')
+    blk = model.blocks[0].eval()
+    with torch.no_grad():  # the branch, not the residual's rounding, counts
+        blk.gamma1.mul_(1000)
+    x = torch.randn(1, 4200, 384) * (0.5 + torch.rand(384)) + \
+        3 * torch.randn(384)
+
+    def direct(block, tokens):
+        return tokens + block.gamma1 * block.attn(block.norm1(tokens))
+
+    with torch.no_grad():
+        exact = direct(copy.deepcopy(blk).double(), x.double())
+        ours = model._xca(blk, x, [slice(0, 4200)], backend='torch')
+        timm_fp32 = direct(blk, x)
+    err_ours = (ours.double() - exact).abs().max().item()
+    err_timm = (timm_fp32.double() - exact).abs().max().item()
+    assert err_ours < 3 * err_timm, (err_ours, err_timm)
+
+
 def test_backend_selection():
     x = torch.zeros(1)
     with torch.no_grad():

@@ -2,10 +2,11 @@
 
 ``XCiT.forward`` (channels-last tokens, folded layer scale and BatchNorm, XCA
 from second moments folded into one matrix, token-GEMM transposed
-convolutions, oneDNN kernels, inference by pieces of tokens) is compared with ``XCiT.forward_reference``
-(timm's blocks, NCHW round trips, the pyramid modules as they are): outputs
-within 1e-4 in fp32 and the same gradients, for every path the forward can
-take. Speed is measured by tools/benchmark.py, not here.
+convolutions, oneDNN kernels, inference by pieces of tokens) is compared with
+``XCiT.forward_reference`` (timm's blocks, NCHW round trips, the pyramid
+modules as they are): outputs within 1e-4 in fp32 and the same gradients, for
+every path the forward can take. Speed is measured by tools/benchmark.py, not
+here.
 """
 import copy
 
@@ -130,6 +131,19 @@ def _loss_and_grads(model, forward, x):
                   if p.grad is not None}
 
 
+def assert_training_matches_reference(model, x):
+    """A training step of ``model`` and of a copy on the reference path:
+    the same outputs and gradients. Returns our gradients and the copy."""
+    ref_model = copy.deepcopy(model)
+    outs, grads = _loss_and_grads(model, model, x)
+    refs, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference,
+                                      x)
+    assert_outputs_close([o.detach() for o in outs],
+                         [r.detach() for r in refs])
+    assert_grads_close(grads, ref_grads)
+    return grads, ref_model
+
+
 @pytest.mark.parametrize('patch', [16, 8])
 @pytest.mark.parametrize('fused', [True, False])
 def test_training_matches_reference(patch, fused):
@@ -137,16 +151,10 @@ def test_training_matches_reference(patch, fused):
     gradients for every parameter, same running statistics afterwards."""
     kernels.set_fused_kernels(fused)
     model = randomized(f'nano_12_p{patch}').train()
-    ref_model = copy.deepcopy(model)
-    x = torch.randn(2, 3, 64, 96)
-    outs, grads = _loss_and_grads(model, model, x)
-    refs, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference,
-                                      x)
-    assert_outputs_close([o.detach() for o in outs],
-                         [r.detach() for r in refs])
+    grads, ref_model = assert_training_matches_reference(
+        model, torch.randn(2, 3, 64, 96))
     assert grads.keys() == {n for n, p in model.named_parameters()
                             if p.requires_grad}
-    assert_grads_close(grads, ref_grads)
     for (name, buf), ref_buf in zip(model.named_buffers(),
                                     ref_model.buffers()):
         torch.testing.assert_close(buf, ref_buf, msg=name)
@@ -283,14 +291,7 @@ def test_training_with_dropout_matches_reference():
     with rate 1 the masks are deterministic (everything dropped)."""
     model = randomized('nano_12_p16', drop_rate=1.0,
                        attn_drop_rate=1.0).train()
-    ref_model = copy.deepcopy(model)
-    x = torch.randn(1, 3, 64, 64)
-    outs, grads = _loss_and_grads(model, model, x)
-    refs, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference,
-                                      x)
-    assert_outputs_close([o.detach() for o in outs],
-                         [r.detach() for r in refs])
-    assert_grads_close(grads, ref_grads)
+    assert_training_matches_reference(model, torch.randn(1, 3, 64, 64))
 
 
 def test_fast_path_executes_fewer_multiply_adds():

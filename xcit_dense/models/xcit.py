@@ -569,18 +569,17 @@ class XCiT(Xcit, BaseModule):
         def output(sl: slice) -> torch.Tensor:
             z = normed[0] if normed else blk.norm1(x[:, sl])
             xs = x[:, sl]
-            if backend == 'fused':  # eval: dropout, drop-path are identities
-                outs = [kernels.linear(z[i], weight[i], bias[i],
-                                       residual=xs[i], backend=backend)
-                        for i in range(B)]
-                return torch.stack(outs) if B > 1 else outs[0].unsqueeze(0)
-            if backend == 'onednn':
-                outs = [kernels.linear(z[i], weight[i], bias[i],
-                                       backend=backend) for i in range(B)]
-                y = torch.stack(outs) if B > 1 else outs[0].unsqueeze(0)
-            else:
+            if backend == 'torch':
                 y = torch.baddbmm(bias.unsqueeze(1), z, weight.transpose(1, 2))
-            return xs + blk.drop_path1(attn.proj_drop(y))
+                return xs + blk.drop_path1(attn.proj_drop(y))
+            # oneDNN: one GEMM per image (each has its own matrix), the
+            # residual fused in eval (dropout, drop-path are identities)
+            fused = backend == 'fused'
+            outs = [kernels.linear(z[i], weight[i], bias[i],
+                                   residual=xs[i] if fused else None,
+                                   backend=backend) for i in range(B)]
+            y = torch.stack(outs) if B > 1 else outs[0].unsqueeze(0)
+            return y if fused else xs + blk.drop_path1(attn.proj_drop(y))
 
         return self._assemble(x, chunks, output)
 

@@ -14,7 +14,6 @@ Example::
 import argparse
 import os
 import os.path as osp
-import re
 import sys
 import time
 
@@ -25,7 +24,8 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from xcit_dense import ARCH_SETTINGS, XCiT, __version__  # noqa: E402
 from xcit_dense.checkpoint import (CheckpointError,  # noqa: E402
                                    convert_state_dict, extract_state_dict,
-                                   match_state_dict, read_checkpoint)
+                                   infer_settings, match_state_dict,
+                                   read_checkpoint)
 
 
 def parse_args():
@@ -40,24 +40,6 @@ def parse_args():
         help="entry holding the weights, e.g. 'student' for DINO "
         "(default: 'state_dict', 'model' or 'teacher', whichever exists)")
     return parser.parse_args()
-
-
-def infer_settings(state_dict) -> dict:
-    """Patch size, width, depth and heads of a converted state dict."""
-    try:
-        convs = {int(m.group(1)) for k in state_dict
-                 if (m := re.match(r'patch_embed\.proj\.(\d+)\.0\.weight', k))}
-        blocks = {int(m.group(1)) for k in state_dict
-                  if (m := re.match(r'blocks\.(\d+)\.', k))}
-        return dict(
-            patch_size=2**len(convs),
-            embed_dim=state_dict['blocks.0.norm1.weight'].shape[0],
-            depth=max(blocks) + 1,
-            num_heads=state_dict['blocks.0.attn.temperature'].shape[0])
-    except (KeyError, ValueError) as e:
-        raise CheckpointError(
-            f'Not an XCiT checkpoint: cannot find the patch embedding and '
-            f'blocks ({type(e).__name__}: {e})') from e
 
 
 def step(msg):

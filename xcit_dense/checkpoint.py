@@ -32,6 +32,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from .errors import CheckpointError
+
 # Top-level weights of the classification model that the backbone does not
 # have: class token(s), class-attention blocks, final norm, heads.
 CLASSIFICATION_ONLY = ('cls_token', 'dist_token', 'cls_attn_blocks.',
@@ -40,10 +42,6 @@ PYRAMID_PREFIX = re.compile(r'^fpn\d+\.')
 # Types besides tensors found in official and DINO training checkpoints
 # (their 'args' entry); safe to rebuild, so allowed while reading.
 _CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace]
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be imported into the backbone."""
 
 
 def read_checkpoint(path: str) -> Mapping:
@@ -158,6 +156,24 @@ def convert_state_dict(state_dict: Mapping[str, torch.Tensor]
             continue
         converted[k] = v
     return converted, dropped
+
+
+def infer_settings(state_dict) -> dict:
+    """Patch size, width, depth and heads of a converted state dict."""
+    try:
+        convs = {int(m.group(1)) for k in state_dict
+                 if (m := re.match(r'patch_embed\.proj\.(\d+)\.0\.weight', k))}
+        blocks = {int(m.group(1)) for k in state_dict
+                  if (m := re.match(r'blocks\.(\d+)\.', k))}
+        return dict(
+            patch_size=2**len(convs),
+            embed_dim=state_dict['blocks.0.norm1.weight'].shape[0],
+            depth=max(blocks) + 1,
+            num_heads=state_dict['blocks.0.attn.temperature'].shape[0])
+    except (KeyError, ValueError) as e:
+        raise CheckpointError(
+            f'Not an XCiT checkpoint: cannot find the patch embedding and '
+            f'blocks ({type(e).__name__}: {e})') from e
 
 
 def match_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]

@@ -2,11 +2,8 @@
 import numpy as np
 from mmcv.transforms import BaseTransform
 
+from .errors import DataError
 from .registry import TRANSFORMS
-
-
-class DataError(ValueError):
-    """A data file that does not fit the dataset's definition."""
 
 
 @TRANSFORMS.register_module()

@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 
 from . import generate_once
-from .synthetic_coco import _background, _shape
+from .drawing import shape_polygon, textured_background
 
 CLASSES = ('background', 'disc', 'square', 'triangle', 'stripes')
 VERSION = 1
@@ -25,7 +25,7 @@ _SHAPES = {2: 'circle', 3: 'square', 4: 'triangle'}
 
 def make_sample(rng: np.random.Generator, h: int, w: int):
     """One image and its label map (0 ignore, 1..5 classes)."""
-    img = _background(rng, h, w)
+    img = textured_background(rng, h, w)
     label = np.ones((h, w), np.uint8)
     if rng.random() < 0.5:  # a band of stripes
         y0 = int(rng.integers(0, h // 2))
@@ -38,7 +38,7 @@ def make_sample(rng: np.random.Generator, h: int, w: int):
         value = int(rng.integers(2, 5))
         r = rng.uniform(0.08, 0.2) * min(h, w)
         cx, cy = rng.uniform(r, w - r), rng.uniform(r, h - r)
-        pts = np.round(_shape(_SHAPES[value], cx, cy, r,
+        pts = np.round(shape_polygon(_SHAPES[value], cx, cy, r,
                               rng.uniform(0, 2 * np.pi)) * 8).astype(np.int32)
         cv2.fillPoly(img, [pts], rng.uniform(0, 255, 3).tolist(),
                      lineType=cv2.LINE_AA, shift=3)

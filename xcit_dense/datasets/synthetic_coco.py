@@ -16,34 +16,16 @@ import numpy as np
 from shapely.geometry import Polygon
 
 from . import generate_once
+from .drawing import shape_polygon, textured_background
 
 CLASSES = ('circle', 'square', 'triangle')
 VERSION = 1  # bump when the generator changes
 
 
-def _shape(kind: str, cx: float, cy: float, r: float, angle: float):
-    if kind == 'circle':
-        t = np.linspace(0, 2 * np.pi, 32, endpoint=False)
-    elif kind == 'square':
-        t = np.arange(4) * np.pi / 2 + np.pi / 4
-    else:
-        t = np.arange(3) * 2 * np.pi / 3
-    t = t + angle
-    return np.stack([cx + r * np.cos(t), cy + r * np.sin(t)], axis=1)
-
-
-def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    base = rng.uniform(60, 190, size=3)
-    noise = rng.normal(0, 12, size=(h // 8 + 1, w // 8 + 1, 3))
-    noise = cv2.resize(noise, (w, h), interpolation=cv2.INTER_LINEAR)
-    stripes = 15 * np.sin(np.arange(w) / rng.uniform(4, 12))[None, :, None]
-    return np.clip(base + noise + stripes, 0, 255)
-
-
 def make_image(rng: np.random.Generator, h: int, w: int,
                max_objects: int, empty_prob: float):
     """One image and its visible-part polygons ``[(class_id, polygon)]``."""
-    img = _background(rng, h, w)
+    img = textured_background(rng, h, w)
     n = 0 if rng.random() < empty_prob else int(rng.integers(1, max_objects
                                                               + 1))
     placed: List[tuple] = []  # (class_id, shapely polygon of visible part)
@@ -52,7 +34,8 @@ def make_image(rng: np.random.Generator, h: int, w: int,
             cls = int(rng.integers(len(CLASSES)))
             r = rng.uniform(0.1, 0.22) * min(h, w)
             cx, cy = rng.uniform(r, w - r), rng.uniform(r, h - r)
-            pts = _shape(CLASSES[cls], cx, cy, r, rng.uniform(0, 2 * np.pi))
+            pts = shape_polygon(CLASSES[cls], cx, cy, r,
+                                rng.uniform(0, 2 * np.pi))
             poly = Polygon(pts)
             # Occlusion may hide part of an earlier object, never most of
             # it, and must leave it in one piece without holes.

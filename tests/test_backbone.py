@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from timm.models.xcit import PositionalEncodingFourier
 
 from xcit_dense import ARCH_SETTINGS, XCiT
-from xcit_dense.models.xcit import CachedFourierEncoding
+from xcit_dense.models.positional_encoding import CachedFourierEncoding
 
 SIZES = [(224, 224), (256, 320), (333, 517)]
 
@@ -120,10 +120,10 @@ def test_fourier_encoding_cached_and_exact():
     for H, W in [(14, 14), (21, 33), (5, 50), (14, 14)]:
         assert torch.equal(ours(2, H, W), ref(2, H, W))
     assert len(ours._features) == 3
-    a = ours.fourier_features(7, 9, torch.device('cpu'))
-    assert ours.fourier_features(7, 9, torch.device('cpu')) is a
-    assert ours.fourier_features(7, 9, torch.device('cpu'),
-                                 torch.bfloat16).dtype == torch.bfloat16
+    a = ours.cached_features(7, 9, torch.device('cpu'))
+    assert ours.cached_features(7, 9, torch.device('cpu')) is a
+    assert ours.cached_features(7, 9, torch.device('cpu'),
+                                torch.bfloat16).dtype == torch.bfloat16
     small = CachedFourierEncoding(dim=8, cache_size=2)
     for n in range(1, 6):
         small(1, n, n)

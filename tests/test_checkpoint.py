@@ -168,6 +168,29 @@ def test_own_checkpoint_roundtrip_with_pyramid(tmp_path):
         assert torch.equal(loaded.state_dict()[k], v), k
 
 
+@pytest.mark.parametrize('fast', [True, False])
+def test_checkpoint_saved_before_the_redesign(fast):
+    """A checkpoint written by the single-class backbone (commit 565bbaa,
+    tests/data/xcit_before_redesign.pth: every key of stem, positional
+    encoding, blocks and pyramid) loads strictly into today's module layout
+    and gives the outputs that code gave."""
+    path = REPO / 'tests/data/xcit_before_redesign.pth'
+    saved = torch.load(REPO / 'tests/data/xcit_before_redesign_outputs.pt',
+                       weights_only=True)
+    model = XCiT(arch=None, patch_size=16, embed_dim=16, depth=4,
+                 num_heads=2, out_indices=(0, 1, 2, 3), fast_path=fast,
+                 init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model.init_weights()
+    state = torch.load(path, weights_only=True)['state_dict']
+    assert model.state_dict().keys() == state.keys()
+    model.eval()
+    with torch.no_grad():
+        outs = model(saved['input'])
+    for out, ref in zip(outs, saved['outputs']):
+        torch.testing.assert_close(out, ref, rtol=0,
+                                   atol=1e-5 * ref.abs().max().item())
+
+
 def test_converter_tool(timm_nano, tmp_path):
     src, dst = tmp_path / 'dino.pth', tmp_path / 'backbone.pth'
     FORMATS['dino.pth'](timm_nano.state_dict(), src)

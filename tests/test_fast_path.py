@@ -1,12 +1,12 @@
-"""The fast forward pass computes what the straightforward one computes.
+"""The modules' fast paths compute what their straightforward paths compute.
 
-``XCiT.forward`` (channels-last tokens, folded layer scale and BatchNorm, XCA
+The fast paths (channels-last tokens, folded layer scale and BatchNorm, XCA
 from second moments folded into one matrix, token-GEMM transposed
-convolutions, oneDNN kernels, inference by pieces of tokens) is compared with
-``XCiT.forward_reference`` (timm's blocks, NCHW round trips, the pyramid
-modules as they are): outputs within 1e-4 in fp32 and the same gradients, for
-every path the forward can take. Speed is measured by tools/benchmark.py, not
-here.
+convolutions, oneDNN kernels, inference by pieces of tokens) are compared
+with the same model under ``fast_path(False)`` (every module's
+straightforward computation): outputs within 1e-4 in fp32 and the same
+gradients, for every path the forward can take. Speed is measured by
+tools/benchmark.py, not here.
 """
 import copy
 
@@ -16,9 +16,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from xcit_dense import XCiT
-from xcit_dense.models import kernels
-from xcit_dense.models.xcit import _fold_batchnorm
+from xcit_dense import XCiT, fast_path
+from xcit_dense.models.ops import onednn as kernels
+from xcit_dense.models.ops import pieces, second_moments
+from xcit_dense.models.ops.folding import fold_batchnorm
 
 ATOL = 1e-4
 
@@ -47,6 +48,12 @@ def randomized(arch='nano_12_p16', seed=0, **kwargs):
     return model
 
 
+def reference(model, x):
+    """``model(x)`` computed the straightforward way."""
+    with fast_path(False):
+        return model(x)
+
+
 def assert_outputs_close(outs, refs, atol=ATOL):
     assert len(outs) == len(refs) == 4
     for level, (out, ref) in enumerate(zip(outs, refs)):
@@ -72,7 +79,7 @@ def test_inference_matches_reference(patch, size, fused):
     with torch.inference_mode():
         assert kernels.select_backend(x, False) == (
             'fused' if fused else 'torch')
-        assert_outputs_close(model(x), model.forward_reference(x))
+        assert_outputs_close(model(x), reference(model, x))
 
 
 def test_inference_by_pieces_matches_reference():
@@ -80,27 +87,25 @@ def test_inference_by_pieces_matches_reference():
     model = randomized('nano_12_p16').eval()
     x = torch.randn(2, 3, 80, 112)  # 5 x 7 tokens
     with torch.no_grad():
-        ref = model.forward_reference(x)
+        ref = reference(model, x)
         whole = model(x)
-        model.inference_chunk = 7
-        assert [(s.start, s.stop) for s in model._chunks(
-            torch.zeros(1, 35, 8))] == [(i, min(i + 7, 35))
-                                        for i in range(0, 35, 7)]
-        pieces = model(x)
-    assert_outputs_close(pieces, ref)
-    assert_outputs_close(pieces, whole, atol=1e-5)
+        with pieces.fixed_piece_tokens(7):
+            assert [(s.start, s.stop) for s in pieces.pieces(35, 8, 4)] == [
+                (i, min(i + 7, 35)) for i in range(0, 35, 7)]
+            by_pieces = model(x)
+    assert_outputs_close(by_pieces, ref)
+    assert_outputs_close(by_pieces, whole, atol=1e-5)
 
 
 def test_pieces_sized_by_memory():
-    model = XCiT('small_12_p16')
-    x = torch.zeros(1, 100000, 384)
     with torch.no_grad():
-        # largest temporary, the MLP hidden layer: 4096 * 1536 * 4 B = 24 MiB
-        assert model._chunk_tokens(x) == 4096
-        assert max(s.stop - s.start for s in model._chunks(x)) <= 4096
+        # the MLP's hidden layer of S12: 4096 * 1536 * 4 B = 24 MiB
+        assert pieces.piece_tokens(100000, 1536, 4) == 4096
+        assert max(s.stop - s.start
+                   for s in pieces.pieces(100000, 1536, 4)) <= 4096
         # XCA's temporaries are 384 wide
-        assert model._chunk_tokens(x, width=384) == 16384
-    assert model._chunk_tokens(x) == 100000  # autograd: one piece
+        assert pieces.piece_tokens(100000, 384, 4) == 16384
+    assert pieces.piece_tokens(100000, 1536, 4) == 100000  # autograd
 
 
 def test_eval_with_autograd_matches_reference():
@@ -108,7 +113,7 @@ def test_eval_with_autograd_matches_reference():
     model = randomized('nano_12_p16').eval()
     x = torch.randn(1, 3, 64, 64)
     assert kernels.select_backend(x, False) == 'onednn'
-    assert_outputs_close(model(x), model.forward_reference(x))
+    assert_outputs_close(model(x), reference(model, x))
 
 
 def assert_grads_close(grads, ref_grads):
@@ -136,8 +141,8 @@ def assert_training_matches_reference(model, x):
     the same outputs and gradients. Returns our gradients and the copy."""
     ref_model = copy.deepcopy(model)
     outs, grads = _loss_and_grads(model, model, x)
-    refs, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference,
-                                      x)
+    with fast_path(False):
+        refs, ref_grads = _loss_and_grads(ref_model, ref_model, x)
     assert_outputs_close([o.detach() for o in outs],
                          [r.detach() for r in refs])
     assert_grads_close(grads, ref_grads)
@@ -166,7 +171,8 @@ def test_with_cp_matches_reference():
     ref_model.set_grad_checkpointing(False)
     x = torch.randn(1, 3, 64, 64)
     _, grads = _loss_and_grads(model, model, x)
-    _, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference, x)
+    with fast_path(False):
+        _, ref_grads = _loss_and_grads(ref_model, ref_model, x)
     assert_grads_close(grads, ref_grads)
 
 
@@ -177,10 +183,10 @@ def test_group_norm_pyramid_matches_reference():
     assert isinstance(model.fpn1[1], nn.GroupNorm)
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
-        assert_outputs_close(model(x), model.forward_reference(x))
+        assert_outputs_close(model(x), reference(model, x))
 
 
-def test_fold_batchnorm():
+def testfold_batchnorm():
     torch.manual_seed(0)
     conv = nn.Conv2d(4, 6, 3, padding=1)
     bn = nn.BatchNorm2d(6)
@@ -191,12 +197,12 @@ def test_fold_batchnorm():
         bn.bias.normal_()
     x = torch.randn(2, 4, 5, 5)
     bn.eval()
-    weight, bias = _fold_batchnorm(conv.weight, conv.bias, bn)
+    weight, bias = fold_batchnorm(conv.weight, conv.bias, bn)
     torch.testing.assert_close(F.conv2d(x, weight, bias, padding=1),
                                bn(conv(x)), rtol=0, atol=1e-5)
     bn.train()  # batch statistics cannot be folded
-    assert _fold_batchnorm(conv.weight, conv.bias, bn) is None
-    assert _fold_batchnorm(conv.weight, conv.bias, nn.GroupNorm(2, 6)) is None
+    assert fold_batchnorm(conv.weight, conv.bias, bn) is None
+    assert fold_batchnorm(conv.weight, conv.bias, nn.GroupNorm(2, 6)) is None
 
 
 @pytest.mark.parametrize('act,residual', [(None, False), ('gelu', False),
@@ -279,11 +285,11 @@ def test_onednn_mlp_gradients(frozen):
 @pytest.mark.parametrize('channels', [5, 64, 67])  # one GEMM; blocks
 def test_gram(channels):
     z = torch.randn(2, 9, channels, dtype=torch.float64, requires_grad=True)
-    torch.testing.assert_close(kernels._Gram.apply(z),
+    torch.testing.assert_close(second_moments._Gram.apply(z),
                                z.transpose(1, 2) @ z)
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        assert kernels.gram(z.float()).dtype == torch.float32
-    torch.autograd.gradcheck(lambda t: kernels._Gram.apply(t), (z,))
+        assert second_moments.gram(z.float()).dtype == torch.float32
+    torch.autograd.gradcheck(lambda t: second_moments._Gram.apply(t), (z,))
 
 
 def test_training_with_dropout_matches_reference():
@@ -291,7 +297,12 @@ def test_training_with_dropout_matches_reference():
     with rate 1 the masks are deterministic (everything dropped)."""
     model = randomized('nano_12_p16', drop_rate=1.0,
                        attn_drop_rate=1.0).train()
-    assert_training_matches_reference(model, torch.randn(1, 3, 64, 64))
+    # in float64: with every attention and MLP branch dropped, the gradients
+    # of the early LPI layers are small differences of large terms, and fp32
+    # rounding leaves both paths ~3e-4 (of the largest gradient) away from
+    # an fp64 evaluation, on some CPUs more than 1e-4 apart from each other
+    assert_training_matches_reference(model.double(),
+                                      torch.randn(1, 3, 64, 64).double())
 
 
 def test_fast_path_executes_fewer_multiply_adds():
@@ -304,9 +315,10 @@ def test_fast_path_executes_fewer_multiply_adds():
     model = randomized('nano_12_p8').eval()  # C = 128
     x = torch.randn(1, 3, 160, 192)  # 20 x 24 = 480 tokens
     counts = []
-    for forward in (model, model.forward_reference):
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            forward(x)
+    for fast in (True, False):
+        with torch.no_grad(), fast_path(fast), \
+                FlopCounterMode(display=False) as counter:
+            model(x)
         counts.append(counter.get_total_flops())
     ours, reference = counts
     # per block, multiply-adds: reference 4 N C^2 + 2 N C d; ours
@@ -333,10 +345,13 @@ def test_xca_rounding_like_the_direct_route():
     def direct(block, tokens):
         return tokens + block.gamma1 * block.attn(block.norm1(tokens))
 
+    kernels.set_fused_kernels(False)  # the standard-operator backend
     with torch.no_grad():
-        exact = direct(copy.deepcopy(blk).double(), x.double())
-        ours = model._xca(blk, x, [slice(0, 4200)], backend='torch')
-        timm_fp32 = direct(blk, x)
+        with fast_path(False):
+            exact = direct(copy.deepcopy(blk).double(), x.double())
+            timm_fp32 = direct(blk, x)
+        ours = blk.attn.residual_forward(x, blk.norm1, blk.gamma1,
+                                         blk.drop_path1)
     err_ours = (ours.double() - exact).abs().max().item()
     err_timm = (timm_fp32.double() - exact).abs().max().item()
     assert err_ours < 3 * err_timm, (err_ours, err_timm)
@@ -345,15 +360,15 @@ def test_xca_rounding_like_the_direct_route():
 def test_backend_selection():
     x = torch.zeros(1)
     with torch.no_grad():
-        assert kernels.select_backend(x, training=False) == 'fused'
-        # dropout and drop-path are live in train mode: not fused
-        assert kernels.select_backend(x, training=True) == 'onednn'
+        assert kernels.select_backend(x, stochastic=False) == 'fused'
+        # live dropout or drop-path: not fused
+        assert kernels.select_backend(x, stochastic=True) == 'onednn'
         assert kernels.select_backend(x.double(), False) == 'torch'
         with torch.autocast('cpu', dtype=torch.bfloat16):
             assert kernels.select_backend(x, False) == 'torch'
-    assert kernels.select_backend(x, training=False) == 'onednn'
+    assert kernels.select_backend(x, stochastic=False) == 'onednn'
     kernels.set_fused_kernels(False)
-    assert kernels.select_backend(x, training=False) == 'torch'
+    assert kernels.select_backend(x, stochastic=False) == 'torch'
     with pytest.raises(ValueError, match='backend must be one of'):
         kernels.linear(x.view(1, 1), x.view(1, 1), None, backend='mkl')
     with pytest.raises(ValueError, match='act must be one of'):
@@ -394,13 +409,14 @@ def test_compile_cfg_traces_one_graph():
         backend='aot_eager', fullgraph=True)).eval()
     x = torch.randn(2, 3, 64, 96)
     with torch.no_grad():
-        assert_outputs_close(model(x), model.forward_reference(x))
+        assert_outputs_close(model(x), reference(model, x))
     assert model.__dict__['_compiled_forward'] is not None
     model.train()
     _, grads = _loss_and_grads(model, model, x)
     ref_model = copy.deepcopy(model)
     ref_model.compile_cfg = None
-    _, ref_grads = _loss_and_grads(ref_model, ref_model.forward_reference, x)
+    with fast_path(False):
+        _, ref_grads = _loss_and_grads(ref_model, ref_model, x)
     assert_grads_close(grads, ref_grads)
 
 

@@ -21,8 +21,9 @@ matmul throughput.
 Models:
   xcit_<preset>[@variant+variant]  the XCiT backbone with its pyramid; variants:
       reference  the published design computed the straightforward way
-                 (``XCiT.forward_reference``: timm's blocks, NCHW round
-                 trips, positional encoding recomputed), the baseline of the
+                 (``XCiT(fast_path=False)``: every module's straightforward
+                 computation -- timm's arithmetic, NCHW round trips,
+                 positional encoding recomputed), the baseline of the
                  side-by-side ratios;
       compile    ``compile_cfg=True`` (torch.compile, Inductor);
       bf16       ``autocast_dtype='bfloat16'`` (float16 on CUDA): the
@@ -69,7 +70,7 @@ def parse_model(name: str):
     base, _, suffix = name.partition('@')
     variants = set(filter(None, suffix.split('+')))
     if base.startswith('xcit_'):
-        from xcit_dense.models.xcit import ARCH_SETTINGS
+        from xcit_dense import ARCH_SETTINGS
         if base[len('xcit_'):] not in ARCH_SETTINGS:
             raise ValueError(f'unknown XCiT preset in {name!r}; presets: '
                              f'{", ".join(ARCH_SETTINGS)}')
@@ -95,12 +96,10 @@ def build_backbone(base: str, variants: set, device: str):
         from xcit_dense import XCiT
         amp_dtype = 'bfloat16' if torch.device(device).type == 'cpu' \
             else 'float16'
-        model = XCiT(arch=base[len('xcit_'):], with_cp='cp' in variants,
-                     compile_cfg=True if 'compile' in variants else None,
-                     autocast_dtype=amp_dtype if 'bf16' in variants else None)
-        if 'reference' in variants:
-            model.forward = model.forward_reference
-        return model
+        return XCiT(arch=base[len('xcit_'):], with_cp='cp' in variants,
+                    compile_cfg=True if 'compile' in variants else None,
+                    autocast_dtype=amp_dtype if 'bf16' in variants else None,
+                    fast_path='reference' not in variants)
     if base in ('swin_t', 'r50'):
         from mmengine.registry import init_default_scope
         from mmdet.registry import MODELS
@@ -256,9 +255,12 @@ def worker(args) -> dict:
             2 * gmac * args.batch / result['seconds'])
     if args.mode == 'infer' and base.startswith('xcit_') and \
             'reference' not in variants:
-        # output difference to the straightforward fp32 computation
+        # output difference to the straightforward fp32 computation (the
+        # same weights in a model built with fast_path=False)
+        reference = build_backbone(base, {'reference'}, args.device)
+        reference.load_state_dict(model.state_dict())
         with torch.no_grad():
-            refs = model.forward_reference(x)
+            refs = reference.to(args.device).eval()(x)
         diffs = [((o.float() - r).abs().max() / r.abs().max()).item()
                  for o, r in zip(_outputs(out), refs)]
         result['max_rel_diff_vs_reference'] = max(diffs)
@@ -294,14 +296,14 @@ def _executed_gmac(base: str, x) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from xcit_dense.models import kernels
+    from xcit_dense.models.ops import onednn
     model = build_backbone(base, set(), str(x.device)).to(x.device).eval()
-    kernels.set_fused_kernels(False)
+    onednn.set_fused_kernels(False)
     try:
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             model(x)
     finally:
-        kernels.set_fused_kernels(True)
+        onednn.set_fused_kernels(True)
     return counter.get_total_flops() / 2e9  # the counter: 2 per multiply-add
 
 

@@ -3,12 +3,15 @@ from .serialization import register_mmengine_safe_globals
 
 register_mmengine_safe_globals()
 
-from .checkpoint import CheckpointError, load_backbone_checkpoint  # noqa: E402
-from .models import ARCH_SETTINGS, XCiT  # noqa: E402
+from .checkpoint import load_backbone_checkpoint  # noqa: E402
+from .errors import CheckpointError, DataError, UserError  # noqa: E402
+from .models import (ARCH_SETTINGS, XCiT, fast_path,  # noqa: E402
+                     set_fast_path)
 from .optim import NoDecayOptimWrapperConstructor  # noqa: E402
 
 __version__ = '0.1.0'
 __all__ = [
-    'ARCH_SETTINGS', 'CheckpointError', 'NoDecayOptimWrapperConstructor',
-    'XCiT', 'load_backbone_checkpoint', '__version__'
+    'ARCH_SETTINGS', 'CheckpointError', 'DataError',
+    'NoDecayOptimWrapperConstructor', 'UserError', 'XCiT', 'fast_path',
+    'load_backbone_checkpoint', 'set_fast_path', '__version__'
 ]

@@ -10,12 +10,8 @@ from typing import Iterator, Optional, Tuple
 import torch
 from mmengine.config import Config, ConfigDict, DictAction
 
-from .checkpoint import CheckpointError, read_checkpoint
-from .transforms import DataError
-
-
-class UserError(Exception):
-    """A problem with the user's input, reported as one paragraph."""
+from .checkpoint import read_checkpoint
+from .errors import CheckpointError, DataError, UserError
 
 
 def fail(error: BaseException) -> None:
@@ -124,14 +120,13 @@ def check_backbone(cfg) -> None:
     backbone = (cfg.get('model') or {}).get('backbone') or {}
     if str(backbone.get('type', '')).split('.')[-1] != 'XCiT':
         return
-    from .models.xcit import DEFAULT_ARCH, XCiT
+    from .models.presets import DEFAULT_ARCH, check_out_indices, resolve_arch
     try:
-        settings = XCiT.resolve_arch(
+        settings = resolve_arch(
             backbone.get('arch', DEFAULT_ARCH),
             **{k: backbone.get(k) for k in ('patch_size', 'embed_dim',
                                             'depth', 'num_heads', 'eta')})
-        XCiT.check_out_indices(backbone.get('out_indices'),
-                               settings['depth'])
+        check_out_indices(backbone.get('out_indices'), settings['depth'])
     except ValueError as e:
         raise UserError(f'Bad backbone in the config (model.backbone): {e}')
 

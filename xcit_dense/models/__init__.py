@@ -1,3 +1,5 @@
-from .xcit import ARCH_SETTINGS, XCiT
+from .backbone import XCiT
+from .fast_path import fast_path, set_fast_path
+from .presets import ARCH_SETTINGS
 
-__all__ = ['ARCH_SETTINGS', 'XCiT']
+__all__ = ['ARCH_SETTINGS', 'XCiT', 'fast_path', 'set_fast_path']

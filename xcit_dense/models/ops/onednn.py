@@ -1,7 +1,7 @@
 """Linear and convolution calls on oneDNN, with fused epilogues.
 
-For fp32 on CPU (outside autocast and ``torch.compile``) the XCiT forward pass
-uses oneDNN's primitives -- the ones Inductor itself emits for CPU,
+For fp32 on CPU (outside autocast and ``torch.compile``) the modules' fast
+paths use oneDNN's primitives -- the ones Inductor itself emits for CPU,
 ``torch.ops.mkldnn._linear_pointwise`` and ``_convolution_pointwise``. Their
 fp32 GEMM is faster than the BLAS call behind ``F.linear`` for XCiT's
 token-matrix shapes (forward and input gradient; ``torch.mm`` stays faster for
@@ -42,18 +42,19 @@ def set_fused_kernels(enabled: bool) -> None:
     _enabled = bool(enabled)
 
 
-def select_backend(x: torch.Tensor, training: bool) -> str:
-    """The backend for a forward pass on ``x``: oneDNN for fp32 on CPU
-    outside autocast, with fused epilogues when nothing is recorded for
-    autograd and the module is in eval mode (dropout and drop-path are
-    identities). Under ``torch.compile`` only the fused inference kernels are
-    kept (as custom operators the compiler calls as they are); training is
-    left to the compiler."""
+def select_backend(x: torch.Tensor, stochastic: bool) -> str:
+    """The backend for a layer on ``x``: oneDNN for fp32 on CPU outside
+    autocast, with fused epilogues when nothing is recorded for autograd and
+    the layer has no live dropout or drop-path (``stochastic`` False: those
+    are identities, so the residual can be added inside the kernel). Under
+    ``torch.compile`` only the fused inference kernels are kept (as custom
+    operators the compiler calls as they are); training is left to the
+    compiler."""
     if not (_enabled and _ONEDNN_OPS and x.device.type == 'cpu'
             and x.dtype == torch.float32
             and not torch.is_autocast_enabled('cpu')):
         return 'torch'
-    if not training and not torch.is_grad_enabled():
+    if not stochastic and not torch.is_grad_enabled():
         return 'fused'
     return 'torch' if torch.compiler.is_compiling() else 'onednn'
 
@@ -151,38 +152,6 @@ def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor,
         return _epilogue(y.view(*lead, -1), None, residual)
     hidden = linear(x, w1, b1, act='gelu', backend=backend)
     return linear(hidden, w2, b2, residual=residual, backend=backend)
-
-
-class _Gram(torch.autograd.Function):
-    """``z^T z`` for (B, N, C) ``z``, using its symmetry: three of the four
-    (C/2 x C/2) blocks are computed (3/4 of the GEMM), and the gradient is
-    one GEMM instead of two."""
-
-    @staticmethod
-    def forward(ctx, z):
-        ctx.save_for_backward(z)
-        half = z.shape[-1] // 2
-        if half < 32:
-            return torch.bmm(z.transpose(1, 2), z)
-        a, b = z[..., :half], z[..., half:]
-        ab = torch.bmm(a.transpose(1, 2), b)
-        return torch.cat([
-            torch.cat([torch.bmm(a.transpose(1, 2), a), ab], dim=2),
-            torch.cat([ab.transpose(1, 2), torch.bmm(b.transpose(1, 2), b)],
-                      dim=2)], dim=1)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
-        z, = ctx.saved_tensors
-        return torch.bmm(z, grad + grad.transpose(1, 2))
-
-
-def gram(z: torch.Tensor) -> torch.Tensor:
-    """The (B, C, C) matrix ``z^T z`` of (B, N, C) tokens, in fp32 (also
-    under autocast: it feeds a product whose rounding error it bounds)."""
-    with torch.autocast(z.device.type, enabled=False):
-        return _Gram.apply(z.float())
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor,

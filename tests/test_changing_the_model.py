@@ -1,0 +1,234 @@
+"""A module a researcher replaces, wraps or subclasses runs as written.
+
+Every fast path runs only for the exact module types and states it was
+written for; anything else goes through its own ``forward``. Each test makes
+a change whose effect is known exactly (a branch scaled by ``s`` equals the
+unchanged model with that branch's layer scale times ``s``, ...) and checks
+the fast model against it, in eval and in training.
+"""
+import copy
+from functools import partial
+
+import pytest
+import torch
+import torch.nn as nn
+from timm.models.xcit import ConvPatchEmbed as TimmConvPatchEmbed
+from timm.models.xcit import XCABlock as TimmXCABlock
+
+from test_fast_path import (assert_outputs_close, randomized,  # noqa: I100
+                            reference)
+from xcit_dense import XCiT, fast_path
+from xcit_dense.models.block import XCABlock
+from xcit_dense.models.lpi import LPI
+from xcit_dense.models.ops import second_moments
+from xcit_dense.models.pyramid import TransposedConvUpsampler
+from xcit_dense.models.xca import XCA
+
+
+class Scaled(nn.Module):
+    """A wrapper: ``s * module(*args)``."""
+
+    def __init__(self, module, s):
+        super().__init__()
+        self.module, self.s = module, s
+
+    def forward(self, *args):
+        return self.s * self.module(*args)
+
+
+def outputs(model, x, mode):
+    """The model's outputs in ``mode`` (training: batch statistics, with
+    autograd)."""
+    model.train(mode == 'train')
+    if mode == 'train':
+        return [o.detach() for o in model(x)]
+    with torch.no_grad():
+        return model(x)
+
+
+X = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+@pytest.mark.parametrize('branch,gamma', [('attn', 'gamma1'),
+                                          ('local_mp', 'gamma3'),
+                                          ('mlp', 'gamma2')])
+def test_wrapped_branch_scales_like_its_layer_scale(branch, gamma, mode):
+    model = randomized()
+    expected = copy.deepcopy(model)
+    setattr(model.blocks[1], branch,
+            Scaled(getattr(model.blocks[1], branch), 0.5))
+    with torch.no_grad():
+        getattr(expected.blocks[1], gamma).mul_(0.5)
+    assert_outputs_close(outputs(model, X, mode), outputs(expected, X, mode))
+    assert_outputs_close(outputs(model, X, mode), reference(model, X))
+
+
+class HalfLPI(LPI):
+    def forward(self, x, H, W):
+        return 0.5 * super().forward(x, H, W)
+
+
+class NoAttention(XCA):
+    def forward(self, x):
+        return torch.zeros_like(x)
+
+
+class IdentityBlock(XCABlock):
+    def forward(self, x, H, W):
+        return x
+
+
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+def test_subclassed_modules_run_their_own_forward(mode):
+    model = randomized()
+    expected = copy.deepcopy(model)
+    blk = model.blocks[0]
+    for name, cls in [('local_mp', HalfLPI), ('attn', NoAttention)]:
+        sub = cls.__new__(cls)
+        sub.__dict__.update(getattr(blk, name).__dict__)
+        setattr(blk, name, sub)
+    identity = IdentityBlock.__new__(IdentityBlock)
+    identity.__dict__.update(model.blocks[2].__dict__)
+    model.blocks[2] = identity
+    with torch.no_grad():
+        expected.blocks[0].gamma3.mul_(0.5)
+        expected.blocks[0].gamma1.zero_()
+        for gamma in ('gamma1', 'gamma2', 'gamma3'):
+            getattr(expected.blocks[2], gamma).zero_()
+    assert_outputs_close(outputs(model, X, mode), outputs(expected, X, mode))
+
+
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+def test_replaced_pyramid_resamplers(mode):
+    model = randomized()
+    unchanged = outputs(copy.deepcopy(model), X, mode)
+
+    class PlusOne(TransposedConvUpsampler):
+        def forward(self, x):
+            return super().forward(x) + 1
+
+    plus_one = PlusOne.__new__(PlusOne)
+    plus_one.__dict__.update(model.fpn1.__dict__)
+    model.fpn1 = plus_one
+    model.fpn2 = Scaled(model.fpn2, 3.0)
+    outs = outputs(model, X, mode)
+    assert_outputs_close(outs, [unchanged[0] + 1, 3 * unchanged[1],
+                                unchanged[2], unchanged[3]])
+
+
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+def test_wrapped_stem_and_positional_encoding(mode):
+    model = randomized()
+    expected = copy.deepcopy(model)
+    model.pos_embed = Scaled(model.pos_embed, 0.0)
+    with torch.no_grad():
+        expected.pos_embed.token_projection.weight.zero_()
+        expected.pos_embed.token_projection.bias.zero_()
+    assert_outputs_close(outputs(model, X, mode), outputs(expected, X, mode))
+
+    class Shifted(nn.Module):  # the stem's tokens, shifted by 0.1
+        def __init__(self, stem):
+            super().__init__()
+            self.stem = stem
+
+        def forward(self, x):
+            tokens, grid = self.stem(x)
+            return tokens + 0.1, grid
+
+    model.patch_embed = Shifted(model.patch_embed)
+    changed = outputs(model, X, mode)
+    with fast_path(False):
+        assert_outputs_close(changed, outputs(model, X, mode))
+    assert not torch.allclose(changed[2], outputs(expected, X, mode)[2])
+
+
+def test_dropout_switched_on_in_an_eval_model():
+    """MC dropout: dropout modules put in training mode inside an eval-mode
+    model act (rate 1: everything dropped, so the effect is exact)."""
+    model = randomized(drop_rate=1.0, attn_drop_rate=1.0,
+                       drop_path_rate=1.0).eval()
+    expected = copy.deepcopy(model).eval()
+    blk = model.blocks[1]
+    blk.mlp.drop1.train()  # fc1's output dropped: the MLP gives fc2's bias
+    blk.attn.attn_drop.train()  # attention dropped: XCA gives proj's bias
+    blk.drop_path3.train()  # the local branch dropped
+    with torch.no_grad():
+        exp = expected.blocks[1]
+        exp.mlp.fc1.weight.zero_()  # GELU(0) = 0
+        exp.mlp.fc1.bias.zero_()
+        exp.attn.proj.weight.zero_()
+        exp.gamma3.zero_()
+        assert_outputs_close(model(X), expected(X))
+        assert not torch.allclose(model(X)[3], randomized().eval()(X)[3])
+
+
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+def test_other_activations_and_padding_modes_are_honoured(mode):
+    model = randomized()
+    before = outputs(copy.deepcopy(model), X, mode)
+    for blk in model.blocks:
+        blk.mlp.act = nn.GELU(approximate='tanh')
+        blk.local_mp.act = nn.ReLU()
+        blk.local_mp.conv1.padding_mode = 'reflect'
+    model.patch_embed.proj[1] = nn.SiLU()
+    model.fpn1[2] = nn.ReLU()
+    changed = outputs(model, X, mode)
+    with fast_path(False):
+        assert_outputs_close(changed, outputs(model, X, mode))
+    for level in range(4):
+        assert not torch.allclose(changed[level], before[level])
+
+
+def test_fast_path_taken_only_where_written_for(monkeypatch):
+    """The default model takes XCA's second-moment path in every block;
+    ``fast_path(False)``, ``fast_path=False`` and a subclass do not."""
+    calls = []
+    original = second_moments.xca_matrix
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(second_moments, 'xca_matrix', counting)
+    model = randomized().eval()
+    with torch.no_grad():
+        model(X)
+        assert len(calls) == 4
+        with fast_path(False):
+            model(X)
+        assert len(calls) == 4
+        model.set_fast_path(False)
+        assert not any(getattr(m, 'use_fast_path', False)
+                       for m in model.modules())
+        model(X)
+        assert len(calls) == 4
+        model.set_fast_path(True)
+        model.blocks[0].attn = NoAttention.__new__(NoAttention)
+        model.blocks[0].attn.__dict__.update(model.blocks[1].attn.__dict__)
+        model(X)
+        assert len(calls) == 7
+    switched = [m.use_fast_path for m in XCiT(
+        'nano_12_p16', depth=4, out_indices=(0, 1, 2, 3),
+        fast_path=False).modules() if hasattr(m, 'use_fast_path')]
+    assert len(switched) == 1 + 1 + 4 * 4 + 2 and not any(switched)
+
+
+def test_straightforward_paths_are_timms_arithmetic():
+    """Without the fast path, the block and the stem compute exactly what
+    timm's modules compute (the published design)."""
+    torch.manual_seed(0)
+    ours = randomized().eval()
+    timm_block = TimmXCABlock(128, 4, qkv_bias=True, eta=1.0,
+                              norm_layer=partial(nn.LayerNorm, eps=1e-6))
+    timm_block.eval()
+    timm_block.load_state_dict(ours.blocks[0].state_dict())
+    timm_stem = TimmConvPatchEmbed(patch_size=16, embed_dim=128).eval()
+    timm_stem.load_state_dict(ours.patch_embed.state_dict())
+    tokens = torch.randn(2, 12, 128)
+    with torch.no_grad(), fast_path(False):
+        assert torch.equal(ours.blocks[0](tokens, 3, 4),
+                           timm_block(tokens, 3, 4))
+        ours_tokens, grid = ours.patch_embed(X)
+        timm_tokens, timm_grid = timm_stem(X)
+    assert grid == timm_grid and torch.equal(ours_tokens, timm_tokens)

@@ -1,0 +1,311 @@
+"""The XCiT backbone for dense prediction.
+
+Cross-Covariance Image Transformers (El-Nouby et al., 2021,
+https://arxiv.org/abs/2106.09681) with the 4-level pyramid of the published
+detection backbone. The backbone composes its parts and calls them: the
+convolutional stem (:mod:`.stem`), the Fourier positional encoding
+(:mod:`.positional_encoding`), the XCA blocks (:mod:`.block`) and the pyramid
+resamplers (:mod:`.pyramid`). Each part owns its fast path next to its
+straightforward computation; the backbone never reaches into their
+parameters, so a part that is replaced, wrapped or subclassed runs as its
+own ``forward`` says.
+
+It imports neither mmdet nor mmsegmentation; both build it through the
+``xcit_dense`` registry scope (``dict(type='xcit_dense.XCiT', ...)``).
+"""
+from functools import partial
+from typing import List, Optional, Sequence, Set, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmengine.logging import MMLogger
+from mmengine.model import BaseModule
+from timm.layers import trunc_normal_
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..registry import MODELS
+from .block import XCABlock
+from .positional_encoding import CachedFourierEncoding
+from .presets import (DEFAULT_ARCH, OUT_STRIDES, check_out_indices,
+                      check_training_args, resolve_arch)
+from .pyramid import crop, make_resampler
+from .stem import ConvPatchEmbed
+
+
+@MODELS.register_module()
+class XCiT(BaseModule):
+    """XCiT backbone with a 4-level feature pyramid.
+
+    Args:
+        arch (str | None): Preset, named as timm's XCiT models without prefix
+            and resolution: one of ``ARCH_SETTINGS`` (``'nano_12_p16'``,
+            ``'small_12_p8'``, ``'medium_24_p16'``, ...). ``None`` builds
+            from the explicit arguments alone. Defaults to ``'small_12_p16'``.
+        patch_size (int, optional): 8 or 16. Overrides the preset.
+        embed_dim (int, optional): Token channels. Overrides the preset.
+        depth (int, optional): Number of XCA blocks. Overrides the preset.
+        num_heads (int, optional): XCA heads. Overrides the preset.
+        eta (float, optional): Layer-scale initial value. Overrides the preset.
+        mlp_ratio (float): MLP hidden width over ``embed_dim``. Defaults to 4.
+        qkv_bias (bool): Bias in the query/key/value projection.
+            Defaults to True.
+        in_channels (int): Input image channels. Defaults to 3.
+        out_indices (Sequence[int], optional): Four strictly increasing block
+            indices tapped for the pyramid levels of strides 4, 8, 16, 32.
+            Defaults to ``(3, 5, 7, 11)`` for depth 12 and
+            ``(7, 11, 15, 23)`` for depth 24. Blocks after the last tapped one
+            are not built.
+        drop_rate (float): Dropout after the positional encoding and in the
+            projections. Defaults to 0.
+        attn_drop_rate (float): Dropout on the XCA attention map.
+            Defaults to 0.
+        drop_path_rate (float): Stochastic depth rate, the same for every
+            block as in the published models. Defaults to 0.
+        use_pos_embed (bool): Add the Fourier positional encoding.
+            Defaults to True.
+        norm_cfg (dict): Normalisation of the stem, the local patch
+            interaction and the pyramid. Defaults to ``dict(type='BN')``;
+            use ``dict(type='SyncBN')`` or mmengine's ``sync_bn`` for
+            multi-GPU training.
+        frozen_stages (int): ``-1`` freezes nothing; ``0`` freezes the stem
+            (patch embedding and positional encoding); ``k > 0`` freezes the
+            stem and the first ``k`` blocks. Frozen parts get no gradient and
+            keep their BatchNorm statistics. Defaults to -1.
+        norm_eval (bool): Keep every BatchNorm in eval mode during training.
+            Defaults to False.
+        with_cp (bool): Gradient checkpointing of the blocks: less memory,
+            same gradients, more compute. Defaults to False.
+        compile_cfg (bool | dict, optional): Compile the backbone's forward
+            with ``torch.compile`` on its first call: ``True`` for the
+            defaults or a dict of ``torch.compile`` arguments (``mode``,
+            ``dynamic``, ``backend``, ...). Defaults to None (eager).
+        autocast_dtype (str, optional): ``'bfloat16'`` or ``'float16'``:
+            run the backbone under ``torch.autocast`` of the input's device
+            and return float32 maps, so the neck and heads stay in fp32 (on
+            CPU, mmcv's NMS takes fp32 only). Defaults to None (the dtype
+            of the caller: fp32, or the autocast already active).
+        fast_path (bool): Let the modules take their fast paths (see
+            :mod:`xcit_dense.models.fast_path`); ``False`` runs the
+            straightforward computation everywhere, with the same parameters
+            and, in fp32, the same outputs to 1e-4. Defaults to True.
+        init_cfg (dict, optional): mmengine initialisation config.
+            ``dict(type='Pretrained', checkpoint=PATH)`` imports an
+            official, timm, DINO or xcit-dense checkpoint strictly (see
+            :mod:`xcit_dense.checkpoint`); ``checkpoint_key`` picks
+            ``'teacher'`` (default) or ``'student'`` from DINO files.
+    """
+
+    out_strides: Tuple[int, ...] = OUT_STRIDES
+
+    def __init__(self,
+                 arch: Optional[str] = DEFAULT_ARCH,
+                 patch_size: Optional[int] = None,
+                 embed_dim: Optional[int] = None,
+                 depth: Optional[int] = None,
+                 num_heads: Optional[int] = None,
+                 eta: Optional[float] = None,
+                 mlp_ratio: float = 4.,
+                 qkv_bias: bool = True,
+                 in_channels: int = 3,
+                 out_indices: Optional[Sequence[int]] = None,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 use_pos_embed: bool = True,
+                 norm_cfg: dict = dict(type='BN', requires_grad=True),
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 compile_cfg: Union[bool, dict, None] = None,
+                 autocast_dtype: Optional[str] = None,
+                 fast_path: bool = True,
+                 init_cfg: Optional[dict] = None):
+        settings = resolve_arch(
+            arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
+            num_heads=num_heads, eta=eta)
+        out_indices = check_out_indices(out_indices, settings['depth'])
+        check_training_args(frozen_stages, out_indices[-1], compile_cfg,
+                            autocast_dtype, init_cfg)
+        super().__init__(init_cfg=init_cfg)
+        self.arch = arch
+        self.arch_settings = settings
+        self.patch_size = settings['patch_size']
+        self.embed_dim = self.num_features = dim = settings['embed_dim']
+        self.depth = settings['depth']
+        self.out_indices = out_indices
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.norm_cfg = dict(norm_cfg)
+        self.autocast_dtype = autocast_dtype
+        self.compile_cfg = (None if compile_cfg is None or compile_cfg is
+                            False else {} if compile_cfg is True else
+                            dict(compile_cfg))
+
+        self.patch_embed = ConvPatchEmbed(
+            patch_size=self.patch_size, in_chans=in_channels, embed_dim=dim,
+            norm_cfg=self.norm_cfg)
+        self.pos_embed = CachedFourierEncoding(dim=dim) if use_pos_embed \
+            else None
+        self.pos_drop = nn.Dropout(p=drop_rate)
+        # blocks after the last tapped one would not contribute: not built
+        self.blocks = nn.ModuleList(
+            XCABlock(dim, settings['num_heads'], mlp_ratio=mlp_ratio,
+                     qkv_bias=qkv_bias, proj_drop=drop_rate,
+                     attn_drop=attn_drop_rate, drop_path=drop_path_rate,
+                     norm_layer=partial(nn.LayerNorm, eps=1e-6),
+                     eta=settings['eta'], norm_cfg=self.norm_cfg)
+            for _ in range(out_indices[-1] + 1))
+        self.apply(_init_linear)
+        for level, stride in enumerate(self.out_strides, start=1):
+            self.add_module(f'fpn{level}', make_resampler(
+                dim, self.patch_size / stride, self.norm_cfg))
+        self.feature_info = [
+            dict(num_chs=dim, reduction=stride, module=f'fpn{level}')
+            for level, stride in enumerate(self.out_strides, start=1)]
+        self.set_grad_checkpointing(with_cp)
+        self.set_fast_path(fast_path)
+        self._freeze_stages()
+
+    # ------------------------------------------------------------ switches
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Gradient checkpointing of every block (``with_cp``)."""
+        for blk in self.blocks:
+            blk.with_cp = enable
+
+    @property
+    def grad_checkpointing(self) -> bool:
+        return any(getattr(blk, 'with_cp', False) for blk in self.blocks)
+
+    def set_fast_path(self, enabled: bool = True) -> None:
+        """Allow or forbid the fast path of every part of this model (the
+        ``fast_path`` argument); :func:`xcit_dense.fast_path` switches all
+        models at once."""
+        self.fast_path = bool(enabled)
+        for module in self.modules():
+            if hasattr(module, 'use_fast_path'):
+                module.use_fast_path = self.fast_path
+
+    @property
+    def resamplers(self) -> List[nn.Module]:
+        """The pyramid's resamplers, ``fpn1`` (stride 4) to ``fpn4``."""
+        return [getattr(self, f'fpn{level}')
+                for level in range(1, len(self.out_strides) + 1)]
+
+    # ------------------------------------------------------------ forward
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """NCHW images -> 4 NCHW maps of strides 4, 8, 16, 32; level ``i``
+        of an ``H x W`` input is ``ceil(H / s_i) x ceil(W / s_i)``."""
+        if self.autocast_dtype is not None and \
+                not torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type,
+                                dtype=getattr(torch, self.autocast_dtype)):
+                outs = self._forward_maybe_compiled(x)
+            return tuple(o.float() for o in outs)
+        return self._forward_maybe_compiled(x)
+
+    def _forward_maybe_compiled(
+            self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        if self.compile_cfg is not None and \
+                not torch.compiler.is_compiling():
+            compiled = self.__dict__.get('_compiled_forward')
+            if compiled is None:  # compiled lazily, on the first call
+                compiled = torch.compile(type(self)._forward_pyramid,
+                                         **self.compile_cfg)
+                self.__dict__['_compiled_forward'] = compiled
+            return compiled(self, x)
+        return self._forward_pyramid(x)
+
+    def _forward_pyramid(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        H, W = x.shape[-2:]
+        outs = []
+        for tap, resampler, stride in zip(self.forward_taps(x),
+                                          self.resamplers, self.out_strides):
+            outs.append(crop(resampler(tap), H, W, stride).contiguous())
+        return tuple(outs)
+
+    def forward_taps(self, x: torch.Tensor) -> List[torch.Tensor]:
+        """Outputs of the blocks in ``out_indices`` as (B, C, Hp, Wp) maps
+        on the token grid: channels-last views of the (B, N, C) tokens."""
+        B = x.shape[0]
+        x, (Hp, Wp) = self.patch_embed(x)
+        if self.pos_embed is not None:
+            pos = self.pos_embed(B, Hp, Wp)
+            x = x + pos.flatten(2).transpose(1, 2)
+        x = self.pos_drop(x)
+        taps = []
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, Hp, Wp)
+            if i in self.out_indices:
+                taps.append(x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2))
+        return taps
+
+    # ------------------------------------------------------------ training
+    def _frozen_modules(self) -> List[nn.Module]:
+        if self.frozen_stages < 0:
+            return []
+        stem = [self.patch_embed, self.pos_drop]
+        if self.pos_embed is not None:
+            stem.append(self.pos_embed)
+        return stem + list(self.blocks[:self.frozen_stages])
+
+    def _freeze_stages(self) -> None:
+        for module in self._frozen_modules():
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'XCiT':
+        super().train(mode)
+        if mode:
+            for module in self._frozen_modules():
+                module.eval()
+            if self.norm_eval:
+                for module in self.modules():
+                    if isinstance(module, _BatchNorm):
+                        module.eval()
+        return self
+
+    def no_weight_decay(self) -> Set[str]:
+        """Names of the parameters trained without weight decay: the XCA
+        temperatures, the positional encoder, the layer-scale gammas and all
+        normalisation layers."""
+        names = set()
+        for module_name, module in self.named_modules():
+            if isinstance(module, (nn.LayerNorm, nn.GroupNorm, _BatchNorm)):
+                names.update(f'{module_name}.{p}'
+                             for p, _ in module.named_parameters(
+                                 recurse=False))
+        for name, _ in self.named_parameters():
+            leaf = name.rsplit('.', 1)[-1]
+            if name.startswith('pos_embed.') or leaf == 'temperature' or (
+                    leaf.startswith('gamma') and leaf[5:].isdigit()):
+                names.add(name)
+        return names
+
+    # ------------------------------------------------------------ weights
+    def init_weights(self) -> None:
+        """Initialise; with ``init_cfg=dict(type='Pretrained', ...)`` import
+        the checkpoint strictly (never a silent partial load)."""
+        if self.init_cfg is not None and \
+                self.init_cfg.get('type') == 'Pretrained':
+            from ..checkpoint import load_backbone_checkpoint
+            cfg = dict(self.init_cfg)
+            cfg.pop('type')
+            checkpoint = cfg.pop('checkpoint', None)
+            if checkpoint is None:
+                raise ValueError(
+                    "init_cfg of type 'Pretrained' needs a 'checkpoint' path")
+            load_backbone_checkpoint(
+                self, checkpoint, logger=MMLogger.get_current_instance(),
+                **cfg)
+            self._is_init = True
+            return
+        super().init_weights()
+
+
+def _init_linear(module: nn.Module) -> None:
+    """timm's initialisation of XCiT's linear layers."""
+    if isinstance(module, nn.Linear):
+        trunc_normal_(module.weight, std=.02)
+        if module.bias is not None:
+            nn.init.constant_(module.bias, 0)

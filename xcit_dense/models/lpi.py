@@ -1,0 +1,83 @@
+"""Local patch interaction (LPI), with its channels-last fast path."""
+from typing import Optional, Type
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from timm.models.xcit import LPI as TimmLPI
+
+from . import fast_path
+from .ops import onednn
+from .ops.folding import fold_scale
+
+
+class LPI(TimmLPI):
+    """Two depth-wise 3x3 convolutions with an activation and a norm between
+    them, mixing each token with its neighbours on the token grid.
+
+    timm's module (``conv1``, ``act``, ``bn``, ``conv2``) with the norm built
+    from ``norm_cfg`` (BatchNorm by default). Fast path: the convolutions
+    run on a channels-last *view* of the (B, N, C) tokens (no NCHW copies),
+    with the activation fused into the first on oneDNN; in
+    :meth:`residual_forward` the layer scale is folded into the second and,
+    in inference, the residual added inside it.
+    """
+    use_fast_path = True
+
+    def __init__(self, in_features: int, act_layer: Type[nn.Module] = nn.GELU,
+                 norm_cfg: Optional[dict] = None):
+        super().__init__(in_features, act_layer=act_layer)
+        if norm_cfg is not None:
+            self.bn = build_norm_layer(norm_cfg, in_features)[1]
+
+    def forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:
+        """(B, N, C) tokens of an H x W grid -> (B, N, C)."""
+        if self._fast_path_applies():
+            return self._channels_last(x, H, W)
+        B, N, C = x.shape
+        x = x.permute(0, 2, 1).reshape(B, C, H, W)
+        x = self.conv2(self.bn(self.act(self.conv1(x))))
+        return x.reshape(B, -1, N).permute(0, 2, 1)
+
+    def residual_forward(self, x: torch.Tensor, H: int, W: int,
+                         norm: nn.Module, gamma: torch.Tensor,
+                         drop_path: nn.Module) -> torch.Tensor:
+        """``x + drop_path(gamma * self(norm(x), H, W))``: the local branch
+        of a block."""
+        if self._fast_path_applies():
+            return self._channels_last(norm(x), H, W, gamma, x, drop_path)
+        return x + drop_path(gamma * self(norm(x), H, W))
+
+    def _fast_path_applies(self) -> bool:
+        return fast_path.applies(self, LPI) and \
+            fast_path.is_plain_conv(self.conv1) and \
+            fast_path.is_plain_conv(self.conv2)
+
+    def _channels_last(self, y: torch.Tensor, H: int, W: int,
+                       gamma: Optional[torch.Tensor] = None,
+                       residual: Optional[torch.Tensor] = None,
+                       drop_path: Optional[nn.Module] = None) -> torch.Tensor:
+        """LPI of (B, N, C) tokens ``y`` on their channels-last view; with
+        ``residual``, ``residual + drop_path(gamma * LPI(y))``."""
+        B, N, C = y.shape
+        live = residual is not None and not fast_path.is_inactive(drop_path)
+        backend = onednn.select_backend(y, stochastic=live)
+        y = y.reshape(B, H, W, C).permute(0, 3, 1, 2)  # NCHW, channels-last
+        conv1, conv2 = self.conv1, self.conv2
+        act = 'gelu' if fast_path.is_exact_gelu(self.act) else None
+        y = onednn.conv2d(y, conv1.weight, conv1.bias, conv1.stride,
+                          conv1.padding, conv1.groups, act=act,
+                          backend=backend)
+        if act is None:
+            y = self.act(y)
+        y = self.bn(y)
+        weight, bias = fold_scale(conv2.weight, conv2.bias, gamma)
+        args = (conv2.stride, conv2.padding, conv2.groups)
+        if residual is not None and backend == 'fused':
+            x_map = residual.reshape(B, H, W, C).permute(0, 3, 1, 2)
+            y = onednn.conv2d(y, weight, bias, *args, residual=x_map,
+                              backend=backend)
+            return y.permute(0, 2, 3, 1).reshape(B, N, C)
+        y = onednn.conv2d(y, weight, bias, *args, backend=backend)
+        y = y.permute(0, 2, 3, 1).reshape(B, N, -1)
+        return y if residual is None else residual + drop_path(y)

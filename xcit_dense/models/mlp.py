@@ -1,0 +1,89 @@
+"""The block's MLP, with its fused fast path."""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from timm.layers import Mlp as TimmMlp
+
+from . import fast_path
+from .ops import onednn, pieces
+from .ops.folding import fold_scale
+
+
+class Mlp(TimmMlp):
+    """``fc1``, activation, dropout, (norm), ``fc2``, dropout: timm's module
+    with a fast path in :meth:`forward` beside the straightforward
+    computation. For fp32 on CPU the linear layers run on oneDNN, with exact
+    GELU fused into ``fc1``; in training the whole MLP is one autograd
+    function that keeps only the pre-activation (:func:`.ops.onednn.mlp`);
+    in inference it runs by pieces of tokens (the hidden layer is 4x as
+    wide). :meth:`residual_forward` folds the block's pre-norm, layer scale
+    and, in inference, the residual into the same pass.
+    """
+    use_fast_path = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._fast_path_applies():
+            return self._fused(x)
+        x = self.drop1(self.act(self.fc1(x)))
+        return self.drop2(self.fc2(self.norm(x)))
+
+    def residual_forward(self, x: torch.Tensor, norm: nn.Module,
+                         gamma: torch.Tensor,
+                         drop_path: nn.Module) -> torch.Tensor:
+        """``x + drop_path(gamma * self(norm(x)))``: the MLP branch of a
+        block."""
+        if self._fast_path_applies() and type(norm) is nn.LayerNorm:
+            return self._fused(x, norm, gamma, drop_path)
+        return x + drop_path(gamma * self(norm(x)))
+
+    def _fast_path_applies(self) -> bool:
+        return fast_path.applies(self, Mlp) and \
+            type(self.fc1) is nn.Linear and type(self.fc2) is nn.Linear
+
+    def _fused(self, x: torch.Tensor, norm: Optional[nn.Module] = None,
+               gamma: Optional[torch.Tensor] = None,
+               drop_path: Optional[nn.Module] = None) -> torch.Tensor:
+        """The MLP of ``x`` (or, with ``norm``, the residual branch
+        ``x + drop_path(gamma * MLP(norm(x)))``) on fused kernels."""
+        B, N, _ = x.shape
+        residual = norm is not None
+        fc1, fc2 = self.fc1, self.fc2
+        act = 'gelu' if fast_path.is_exact_gelu(self.act) else None
+        w2, b2 = fold_scale(fc2.weight, fc2.bias, gamma)
+        dropout_off = fast_path.is_inactive(self.drop1) and \
+            fast_path.is_inactive(self.drop2)
+        live = not dropout_off or (
+            residual and not fast_path.is_inactive(drop_path))
+        backend = onednn.select_backend(x, stochastic=live)
+        # fc1, GELU, fc2 as one kernel call (one autograd function)
+        one_call = act is not None and dropout_off and \
+            type(self.norm) is nn.Identity and \
+            fc1.bias is not None and fc2.bias is not None
+        # the residual inside the last GEMM when dropout and drop-path are
+        # identities (the 'fused' backend)
+        fuse_residual = residual and backend == 'fused'
+
+        def output(sl: slice) -> torch.Tensor:
+            xs = x[:, sl]
+            z = norm(xs) if residual else xs
+            res = xs if fuse_residual else None
+            if one_call:  # dropout is off: drop1, drop2 are identities
+                y = onednn.mlp(z, fc1.weight, fc1.bias, w2, b2, residual=res,
+                               backend=backend)
+            else:
+                y = onednn.linear(z, fc1.weight, fc1.bias, act=act,
+                                  backend=backend)
+                if act is None:
+                    y = self.act(y)
+                y = self.norm(self.drop1(y))
+                y = onednn.linear(y, w2, b2, residual=res, backend=backend)
+                if not fuse_residual:
+                    y = self.drop2(y)
+            if fuse_residual or not residual:
+                return y
+            return xs + drop_path(y)
+
+        return pieces.assemble(x, pieces.pieces(N, fc1.out_features,
+                                                x.element_size()),
+                               fc2.out_features, output)

@@ -1,0 +1,38 @@
+"""Folding normalisation and layer scale into the weights before them."""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+
+def fold_batchnorm(
+        weight: torch.Tensor, bias: Optional[torch.Tensor], norm: nn.Module
+) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """Weight and bias of ``norm(conv(x))`` as one convolution, for a
+    BatchNorm that uses running statistics (eval mode); ``None`` otherwise
+    (batch statistics, or any other norm). ``weight`` has output channels
+    first."""
+    if not isinstance(norm, _BatchNorm) or norm.training or \
+            norm.running_var is None:
+        return None
+    scale = torch.rsqrt(norm.running_var + norm.eps)
+    if norm.weight is not None:
+        scale = scale * norm.weight
+    shift = -norm.running_mean * scale
+    if norm.bias is not None:
+        shift = shift + norm.bias
+    if bias is not None:
+        shift = shift + bias * scale
+    return weight * scale.view(-1, *([1] * (weight.dim() - 1))), shift
+
+
+def fold_scale(weight: torch.Tensor, bias: Optional[torch.Tensor],
+               gamma: Optional[torch.Tensor]
+               ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Weight and bias of ``gamma * layer(x)`` (a per-output-channel layer
+    scale) as one layer; unchanged when ``gamma`` is ``None``."""
+    if gamma is None:
+        return weight, bias
+    weight = weight * gamma.view(-1, *([1] * (weight.dim() - 1)))
+    return weight, None if bias is None else bias * gamma

@@ -1,0 +1,104 @@
+"""XCiT presets and the checks of the backbone's arguments."""
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+# name: (embed_dim, depth, num_heads, eta), as in timm's ``xcit_<name>_p*``
+# entry points and the XCiT paper (Table 1).
+_SIZES: Dict[str, Tuple[int, int, int, float]] = {
+    'nano_12': (128, 12, 4, 1.0),
+    'tiny_12': (192, 12, 4, 1.0),
+    'small_12': (384, 12, 8, 1.0),
+    'tiny_24': (192, 24, 4, 1e-5),
+    'small_24': (384, 24, 8, 1e-5),
+    'medium_24': (512, 24, 8, 1e-5),
+    'large_24': (768, 24, 16, 1e-5),
+}
+PATCH_SIZES = (8, 16)
+ARCH_SETTINGS: Dict[str, dict] = {
+    f'{name}_p{patch}': dict(
+        patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads,
+        eta=eta)
+    for name, (dim, depth, heads, eta) in _SIZES.items()
+    for patch in (16, 8)
+}
+DEFAULT_ARCH = 'small_12_p16'
+#: Strides of the four pyramid levels.
+OUT_STRIDES: Tuple[int, ...] = (4, 8, 16, 32)
+# Blocks tapped for the four pyramid levels (published detection configs).
+DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
+AUTOCAST_DTYPES = (None, 'bfloat16', 'float16')
+
+
+def resolve_arch(arch: Optional[str], **overrides) -> dict:
+    """Preset settings with the explicit (non-None) overrides applied."""
+    if arch is None:
+        settings = {}
+    elif isinstance(arch, str) and arch in ARCH_SETTINGS:
+        settings = dict(ARCH_SETTINGS[arch])
+    else:
+        raise ValueError(
+            f'Unknown XCiT arch {arch!r}; allowed: '
+            f'{", ".join(ARCH_SETTINGS)} (or None with explicit '
+            'patch_size, embed_dim, depth, num_heads)')
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    settings.setdefault('eta', 1.0 if settings.get('depth', 0) <= 12
+                        else 1e-5)
+    missing = [k for k in ('patch_size', 'embed_dim', 'depth', 'num_heads')
+               if k not in settings]
+    if missing:
+        raise ValueError(f'arch=None needs explicit {", ".join(missing)}')
+    if settings['patch_size'] not in PATCH_SIZES:
+        raise ValueError(
+            f'patch_size must be one of {PATCH_SIZES} (the convolutional '
+            f'stem of XCiT), got {settings["patch_size"]!r}')
+    for key in ('embed_dim', 'depth', 'num_heads'):
+        if not isinstance(settings[key], int) or settings[key] < 1:
+            raise ValueError(f'{key} must be a positive int, got '
+                             f'{settings[key]!r}')
+    if settings['embed_dim'] % settings['num_heads']:
+        raise ValueError(
+            f'embed_dim ({settings["embed_dim"]}) must be divisible by '
+            f'num_heads ({settings["num_heads"]})')
+    return settings
+
+
+def check_out_indices(out_indices: Optional[Sequence[int]],
+                      depth: int) -> Tuple[int, ...]:
+    """Validate (or default) the four tapped block indices."""
+    if out_indices is None:
+        out_indices = DEFAULT_OUT_INDICES.get(depth) or tuple(
+            # the same relative positions as the published depth-12 taps
+            round((i + 1) * depth / 12) - 1 for i in (3, 5, 7, 11))
+    out_indices = tuple(out_indices)
+    n = len(OUT_STRIDES)
+    if (len(out_indices) != n
+            or not all(isinstance(i, int) for i in out_indices)
+            or not all(0 <= i < depth for i in out_indices)
+            or any(a >= b for a, b in zip(out_indices, out_indices[1:]))):
+        raise ValueError(
+            f'out_indices must be {n} strictly increasing block indices '
+            f'in [0, {depth - 1}] (depth {depth}), one per pyramid level '
+            f'of strides {OUT_STRIDES}; got {list(out_indices)}')
+    return out_indices
+
+
+def check_training_args(frozen_stages: int, last_block: int,
+                        compile_cfg: Union[bool, dict, None],
+                        autocast_dtype: Optional[str],
+                        init_cfg: Optional[dict]) -> None:
+    """The remaining arguments of :class:`~xcit_dense.XCiT`."""
+    if not -1 <= frozen_stages <= last_block + 1:
+        raise ValueError(
+            f'frozen_stages must be in [-1, {last_block + 1}] (-1: '
+            f'none, 0: stem, k: stem and the first k blocks), got '
+            f'{frozen_stages!r}')
+    if compile_cfg is not None and not isinstance(compile_cfg, (bool, dict)):
+        raise ValueError(
+            f'compile_cfg must be None, a bool or a dict of '
+            f'torch.compile arguments, got {type(compile_cfg).__name__}')
+    if autocast_dtype not in AUTOCAST_DTYPES:
+        raise ValueError(
+            f'autocast_dtype must be one of {AUTOCAST_DTYPES}, got '
+            f'{autocast_dtype!r}')
+    if init_cfg is not None and not isinstance(init_cfg, dict):
+        raise ValueError(f'init_cfg must be a dict or None, got '
+                         f'{type(init_cfg).__name__}')

@@ -1,0 +1,109 @@
+"""Resampling the tapped token maps to the pyramid's strides, as in the
+published XCiT detection backbone: transposed 2x2 convolutions up (norm and
+GELU between two), identity, or max-pooling down."""
+import math
+from typing import List
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+
+from . import fast_path
+from .ops import onednn
+from .ops.folding import fold_batchnorm
+from .ops.upsample import upsample2x
+
+
+class TransposedConvUpsampler(nn.Sequential):
+    """``steps`` stride-2 transposed 2x2 convolutions with a norm and GELU
+    between consecutive ones, on NCHW maps (an ``nn.Sequential``, so the
+    parameter names are the published checkpoints': ``fpn1.0``, ``fpn1.1``,
+    ``fpn1.3``).
+
+    Fast path: each transposed convolution is one token GEMM and a pixel
+    shuffle (:mod:`.ops.upsample`), on the map's (B, H*W, C) tokens (a view
+    when the map is channels-last, as the backbone's taps are); eval-mode
+    BatchNorm is folded into the convolution before it, exact GELU fused
+    into its GEMM, and the last one writes the NCHW output directly.
+    """
+    use_fast_path = True
+
+    def __init__(self, dim: int, steps: int, norm_cfg: dict):
+        layers: List[nn.Module] = []
+        for step in range(steps):
+            if step:
+                layers += [build_norm_layer(norm_cfg, dim)[1], nn.GELU()]
+            layers.append(nn.ConvTranspose2d(dim, dim, kernel_size=2,
+                                             stride=2))
+        super().__init__(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._fast_path_applies():
+            return self._token_gemms(x)
+        for layer in self:
+            x = layer(x)
+        return x
+
+    def _fast_path_applies(self) -> bool:
+        """Exactly this class, and still (transposed 2x2 stride-2 conv, any
+        norm, any activation, ...) ending with a transposed conv."""
+        if not fast_path.applies(self, TransposedConvUpsampler) or \
+                len(self) % 3 != 1:
+            return False
+        return all(type(up) is nn.ConvTranspose2d
+                   and fast_path.is_plain_conv(up)
+                   and up.kernel_size == up.stride == (2, 2)
+                   and up.padding == up.output_padding == (0, 0)
+                   and up.groups == 1 and up.bias is not None
+                   for up in list(self)[0::3])
+
+    def _token_gemms(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = x.shape
+        backend = onednn.select_backend(x, stochastic=False)
+        x = x.permute(0, 2, 3, 1).reshape(B, H * W, C)  # tokens
+        layers = list(self)
+        for i in range(0, len(layers), 3):
+            up = layers[i]
+            weight, bias = up.weight, up.bias  # (C_in, C_out, 2, 2)
+            last = i + 1 == len(layers)
+            folded, act = None, None
+            if not last:
+                folded = fold_batchnorm(weight.transpose(0, 1), bias,
+                                        layers[i + 1])
+                if folded is not None:
+                    weight, bias = folded[0].transpose(0, 1), folded[1]
+                    if fast_path.is_exact_gelu(layers[i + 2]):
+                        act = 'gelu'
+            x = upsample2x(x, weight, bias, act, H, W, nchw=last,
+                           backend=backend)
+            H, W = 2 * H, 2 * W
+            if last:
+                return x
+            C = x.shape[-1]
+            if folded is None:  # norm and activation as modules
+                y = layers[i + 1](x.view(B, H, W, C).permute(0, 3, 1, 2))
+                y = layers[i + 2](y)
+                x = y.permute(0, 2, 3, 1).reshape(B, H * W, C)
+            elif act is None:
+                x = layers[i + 2](x.view(B, H, W, C).permute(0, 3, 1, 2)
+                                  ).permute(0, 2, 3, 1).reshape(B, H * W, C)
+        raise AssertionError('unreachable: ends with a transposed conv')
+
+
+def make_resampler(dim: int, scale: float, norm_cfg: dict) -> nn.Module:
+    """The module that resamples a token map by ``scale`` (a power of two):
+    :class:`TransposedConvUpsampler` up, ``nn.Identity``, or
+    ``nn.MaxPool2d`` down (ceil mode, so odd sizes keep their last row)."""
+    if scale == 1:
+        return nn.Identity()
+    if scale < 1:
+        k = round(1 / scale)
+        return nn.MaxPool2d(kernel_size=k, stride=k, ceil_mode=True)
+    return TransposedConvUpsampler(dim, round(math.log2(scale)), norm_cfg)
+
+
+def crop(y: torch.Tensor, H: int, W: int, stride: int) -> torch.Tensor:
+    """Pyramid level of an ``H x W`` image at ``stride``: up-sampled maps
+    of a size that is not a multiple of the patch cover a little more than
+    the image; keep ``ceil(H / stride) x ceil(W / stride)``."""
+    return y[..., :-(-H // stride), :-(-W // stride)]

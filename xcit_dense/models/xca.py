@@ -1,0 +1,107 @@
+"""Cross-covariance attention (XCA), with its second-moment fast path."""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.models.xcit import XCA as TimmXCA
+
+from . import fast_path
+from .ops import onednn, pieces, second_moments
+
+
+class XCA(TimmXCA):
+    """Attention across channels: per head, ``softmax(q^T k * t)`` over the
+    L2-normalised channels of the query and key (a d x d map, so the cost is
+    linear in the tokens), applied to the value channels and projected.
+
+    timm's module (parameters ``qkv``, ``proj``, ``temperature``) with a fast
+    path in :meth:`forward` beside the straightforward computation: the
+    attention from the second moments of the input, folded with the value
+    and output projections into one C x C matrix per image
+    (:mod:`.ops.second_moments`), on oneDNN GEMMs for fp32 CPU, by pieces of
+    tokens in inference. :meth:`residual_forward` is the block's entry: the
+    pre-norm, layer scale and residual folded into the same two passes.
+    """
+    use_fast_path = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, C) tokens -> (B, N, C)."""
+        if self._fast_path_applies():
+            return self._from_second_moments(x)
+        B, N, C = x.shape
+        heads = self.num_heads
+        # (3, B, heads, d, N): channels of each head as rows
+        qkv = self.qkv(x).reshape(B, N, 3, heads, C // heads)
+        q, k, v = qkv.permute(2, 0, 3, 4, 1).unbind(0)
+        q = F.normalize(q, dim=-1)
+        k = F.normalize(k, dim=-1)
+        attn = (q @ k.transpose(-2, -1)) * self.temperature
+        attn = self.attn_drop(attn.softmax(dim=-1))
+        x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
+        return self.proj_drop(self.proj(x))
+
+    def residual_forward(self, x: torch.Tensor, norm: nn.Module,
+                         gamma: torch.Tensor,
+                         drop_path: nn.Module) -> torch.Tensor:
+        """``x + drop_path(gamma * self(norm(x)))``: the attention branch of
+        a block."""
+        if self._fast_path_applies() and type(norm) is nn.LayerNorm:
+            return self._from_second_moments(x, norm, gamma, drop_path)
+        return x + drop_path(gamma * self(norm(x)))
+
+    def _fast_path_applies(self) -> bool:
+        return fast_path.applies(self, XCA) and \
+            type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear
+
+    def _from_second_moments(self, x: torch.Tensor,
+                             norm: Optional[nn.Module] = None,
+                             gamma: Optional[torch.Tensor] = None,
+                             drop_path: Optional[nn.Module] = None
+                             ) -> torch.Tensor:
+        """XCA of ``norm(x)`` in two passes over the tokens: accumulate
+        ``z^T z`` and the token sums of ``z = norm(x)``, then apply one
+        (C x C) matrix per image. With ``norm`` given, returns the residual
+        branch ``x + drop_path(gamma * XCA(norm(x)))``."""
+        B, N, C = x.shape
+        residual = norm is not None
+        live = not fast_path.is_inactive(self.proj_drop) or (
+            residual and not fast_path.is_inactive(drop_path))
+        backend = onednn.select_backend(x, stochastic=live)
+        ranges = pieces.pieces(N, C, x.element_size())  # C-wide temporaries
+
+        def normed(sl: slice) -> torch.Tensor:
+            return norm(x[:, sl]) if residual else x[:, sl]
+
+        whole = normed(ranges[0]) if len(ranges) == 1 else None
+        gram, total = 0, 0
+        for sl in ranges:
+            z = whole if whole is not None else normed(sl)
+            gram = gram + second_moments.gram(z)
+            total = total + z.sum(
+                dim=1, dtype=second_moments.accumulation_dtype(z))
+        weight, bias = second_moments.xca_matrix(
+            gram, total, N, self.qkv.weight, self.qkv.bias, self.proj.weight,
+            self.proj.bias, self.temperature, self.num_heads, self.attn_drop,
+            gamma)
+        weight, bias = weight.to(x.dtype), bias.to(x.dtype)
+        # the residual inside the GEMM when dropout and drop-path are
+        # identities (the 'fused' backend)
+        fuse_residual = residual and backend == 'fused'
+
+        def output(sl: slice) -> torch.Tensor:
+            z = whole if whole is not None else normed(sl)
+            xs = x[:, sl]
+            if backend == 'torch':
+                y = torch.baddbmm(bias.unsqueeze(1), z, weight.transpose(1, 2))
+            else:  # one GEMM per image: each has its own matrix
+                outs = [onednn.linear(z[i], weight[i], bias[i],
+                                      residual=xs[i] if fuse_residual else None,
+                                      backend=backend) for i in range(B)]
+                y = torch.stack(outs) if B > 1 else outs[0].unsqueeze(0)
+                if fuse_residual:
+                    return y
+            y = self.proj_drop(y)
+            return xs + drop_path(y) if residual else y
+
+        return pieces.assemble(x, ranges, C, output)

@@ -171,11 +171,11 @@ def test_own_checkpoint_roundtrip_with_pyramid(tmp_path):
 @pytest.mark.parametrize('fast', [True, False])
 def test_checkpoint_saved_before_the_redesign(fast):
     """A checkpoint written by the single-class backbone (commit 565bbaa,
-    tests/data/xcit_before_redesign.pth: every key of stem, positional
+    tests/fixtures/xcit_before_redesign.pth: every key of stem, positional
     encoding, blocks and pyramid) loads strictly into today's module layout
     and gives the outputs that code gave."""
-    path = REPO / 'tests/data/xcit_before_redesign.pth'
-    saved = torch.load(REPO / 'tests/data/xcit_before_redesign_outputs.pt',
+    path = REPO / 'tests/fixtures/xcit_before_redesign.pth'
+    saved = torch.load(REPO / 'tests/fixtures/xcit_before_redesign_outputs.pt',
                        weights_only=True)
     model = XCiT(arch=None, patch_size=16, embed_dim=16, depth=4,
                  num_heads=2, out_indices=(0, 1, 2, 3), fast_path=fast,

@@ -424,3 +424,20 @@ def test_compile_cfg_traces_one_graph():
 def test_compile_cfg_rejects_bad_values(value):
     with pytest.raises(ValueError, match='compile_cfg must be None, a bool'):
         XCiT('nano_12_p16', compile_cfg=value)
+
+
+def test_xca_matrix_in_fp32_under_fp16_autocast():
+    """``z^T z`` grows with the token count (70000 tokens: diagonal ~7e4,
+    beyond fp16's 65504); the C x C algebra runs with autocast off, so an
+    fp16 autocast (CUDA's AMP) gives the fp32 result, not inf / NaN."""
+    torch.manual_seed(0)
+    z = torch.randn(1, 70000, 32)
+    gram, total = second_moments.gram(z), z.sum(dim=1)
+    args = (torch.randn(96, 32) * 0.2, torch.randn(96) * 0.1,
+            torch.randn(32, 32) * 0.2, torch.zeros(32), torch.ones(4, 1, 1),
+            4, nn.Identity())
+    ref = second_moments.xca_matrix(gram, total, 70000, *args)
+    with torch.autocast('cpu', dtype=torch.float16):
+        out = second_moments.xca_matrix(gram, total, 70000, *args)
+    for o, r in zip(out, ref):
+        assert o.dtype == torch.float32 and torch.equal(o, r)

@@ -74,7 +74,17 @@ def xca_matrix(
     ``gamma * XCA(z) = z weight^T + bias`` per image, from ``gram`` = z^T z
     (B, C, C), ``total`` = the token sums of z (B, C) and ``n_tokens``.
     ``attn_drop`` is applied to the (B, heads, d, d) attention; ``gamma``
-    (a layer scale, optional) is folded into the output projection."""
+    (a layer scale, optional) is folded into the output projection. Runs
+    with autocast off: ``gram`` grows with the token count (beyond fp16's
+    range at 800x1344) and the attention is a ratio of such products."""
+    with torch.autocast(gram.device.type, enabled=False):
+        return _xca_matrix(gram, total, n_tokens, qkv_weight, qkv_bias,
+                           proj_weight, proj_bias, temperature, num_heads,
+                           attn_drop, gamma)
+
+
+def _xca_matrix(gram, total, n_tokens, qkv_weight, qkv_bias, proj_weight,
+                proj_bias, temperature, num_heads, attn_drop, gamma):
     B, C = total.shape
     heads, d = num_heads, C // num_heads
     dtype = gram.dtype

@@ -175,8 +175,8 @@ def test_checkpoint_saved_before_the_redesign(fast):
     encoding, blocks and pyramid) loads strictly into today's module layout
     and gives the outputs that code gave."""
     path = REPO / 'tests/fixtures/xcit_before_redesign.pth'
-    saved = torch.load(REPO / 'tests/fixtures/xcit_before_redesign_outputs.pt',
-                       weights_only=True)
+    saved = torch.load(REPO / 'tests/fixtures/'
+                       'xcit_before_redesign_outputs.pt', weights_only=True)
     model = XCiT(arch=None, patch_size=16, embed_dim=16, depth=4,
                  num_heads=2, out_indices=(0, 1, 2, 3), fast_path=fast,
                  init_cfg=dict(type='Pretrained', checkpoint=str(path)))

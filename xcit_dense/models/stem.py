@@ -44,8 +44,9 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
     def _fast_path_applies(self) -> bool:
         """Exactly this class, and ``proj`` still the (conv, norm) pairs with
         one module between consecutive pairs."""
+        proj = self.proj
         if not fast_path.applies(self, ConvPatchEmbed) or \
-                type(self.proj) is not nn.Sequential or len(self.proj) % 2 != 1:
+                type(proj) is not nn.Sequential or len(proj) % 2 != 1:
             return False
         return all(type(pair) is nn.Sequential and len(pair) == 2 and
                    fast_path.is_plain_conv(pair[0])

@@ -95,9 +95,10 @@ class XCA(TimmXCA):
             if backend == 'torch':
                 y = torch.baddbmm(bias.unsqueeze(1), z, weight.transpose(1, 2))
             else:  # one GEMM per image: each has its own matrix
+                res = xs if fuse_residual else [None] * B
                 outs = [onednn.linear(z[i], weight[i], bias[i],
-                                      residual=xs[i] if fuse_residual else None,
-                                      backend=backend) for i in range(B)]
+                                      residual=res[i], backend=backend)
+                        for i in range(B)]
                 y = torch.stack(outs) if B > 1 else outs[0].unsqueeze(0)
                 if fuse_residual:
                     return y

@@ -115,6 +115,8 @@ def test_replaced_pyramid_resamplers(mode):
     outs = outputs(model, X, mode)
     assert_outputs_close(outs, [unchanged[0] + 1, 3 * unchanged[1],
                                 unchanged[2], unchanged[3]])
+    # an nn.Sequential as any other: slicing gives the same class
+    assert type(model.fpn1[0:2]) is PlusOne and len(model.fpn1[0:2]) == 2
 
 
 @pytest.mark.parametrize('mode', ['eval', 'train'])

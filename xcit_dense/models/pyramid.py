@@ -28,14 +28,19 @@ class TransposedConvUpsampler(nn.Sequential):
     """
     use_fast_path = True
 
-    def __init__(self, dim: int, steps: int, norm_cfg: dict):
+    @classmethod
+    def build(cls, dim: int, steps: int,
+              norm_cfg: dict) -> 'TransposedConvUpsampler':
+        """``steps`` up-samplings of ``dim`` channels, norms from
+        ``norm_cfg``. (The constructor is ``nn.Sequential``'s, so that
+        slicing and copying work as for any ``nn.Sequential``.)"""
         layers: List[nn.Module] = []
         for step in range(steps):
             if step:
                 layers += [build_norm_layer(norm_cfg, dim)[1], nn.GELU()]
             layers.append(nn.ConvTranspose2d(dim, dim, kernel_size=2,
                                              stride=2))
-        super().__init__(*layers)
+        return cls(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._fast_path_applies():
@@ -55,7 +60,7 @@ class TransposedConvUpsampler(nn.Sequential):
                    and up.kernel_size == up.stride == (2, 2)
                    and up.padding == up.output_padding == (0, 0)
                    and up.groups == 1 and up.bias is not None
-                   for up in list(self)[0::3])
+                   for up in self[0::3])
 
     def _token_gemms(self, x: torch.Tensor) -> torch.Tensor:
         B, C, H, W = x.shape
@@ -99,7 +104,8 @@ def make_resampler(dim: int, scale: float, norm_cfg: dict) -> nn.Module:
     if scale < 1:
         k = round(1 / scale)
         return nn.MaxPool2d(kernel_size=k, stride=k, ceil_mode=True)
-    return TransposedConvUpsampler(dim, round(math.log2(scale)), norm_cfg)
+    return TransposedConvUpsampler.build(dim, round(math.log2(scale)),
+                                         norm_cfg)
 
 
 def crop(y: torch.Tensor, H: int, W: int, stride: int) -> torch.Tensor:

@@ -84,14 +84,15 @@ class TransposedConvUpsampler(nn.Sequential):
             H, W = 2 * H, 2 * W
             if last:
                 return x
-            C = x.shape[-1]
-            if folded is None:  # norm and activation as modules
-                y = layers[i + 1](x.view(B, H, W, C).permute(0, 3, 1, 2))
-                y = layers[i + 2](y)
+            # what was not folded or fused runs as modules, on the map
+            modules = layers[i + 1:i + 3] if folded is None else \
+                [] if act is not None else [layers[i + 2]]
+            if modules:
+                C = x.shape[-1]
+                y = x.view(B, H, W, C).permute(0, 3, 1, 2)
+                for module in modules:
+                    y = module(y)
                 x = y.permute(0, 2, 3, 1).reshape(B, H * W, C)
-            elif act is None:
-                x = layers[i + 2](x.view(B, H, W, C).permute(0, 3, 1, 2)
-                                  ).permute(0, 2, 3, 1).reshape(B, H * W, C)
         raise AssertionError('unreachable: ends with a transposed conv')
 
 

@@ -18,7 +18,8 @@ instead of four (q, k, v, output projection): fewer multiply-adds once there
 are more than about 1.5 C tokens. ``G`` is accumulated in fp32, also under
 autocast (it feeds a product whose rounding it bounds).
 """
-from typing import Callable, Optional, Tuple
+from contextlib import nullcontext
+from typing import Callable, ContextManager, Optional, Tuple
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -49,6 +50,15 @@ class _Gram(torch.autograd.Function):
         return torch.bmm(z, grad + grad.transpose(1, 2))
 
 
+def _autocast_off(device_type: str) -> ContextManager:
+    """Leave autocast for the block, if it is on (no context otherwise, so
+    that an fp32 graph under ``torch.compile`` carries no autocast
+    regions)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return nullcontext()
+
+
 def accumulation_dtype(z: torch.Tensor) -> torch.dtype:
     """fp32 for fp32 and lower precisions (also under autocast), fp64 for
     fp64."""
@@ -58,7 +68,7 @@ def accumulation_dtype(z: torch.Tensor) -> torch.dtype:
 def gram(z: torch.Tensor) -> torch.Tensor:
     """The (B, C, C) matrix ``z^T z`` of (B, N, C) tokens, in fp32 (also
     under autocast) or fp64."""
-    with torch.autocast(z.device.type, enabled=False):
+    with _autocast_off(z.device.type):
         return _Gram.apply(z.to(accumulation_dtype(z)))
 
 
@@ -77,7 +87,7 @@ def xca_matrix(
     (a layer scale, optional) is folded into the output projection. Runs
     with autocast off: ``gram`` grows with the token count (beyond fp16's
     range at 800x1344) and the attention is a ratio of such products."""
-    with torch.autocast(gram.device.type, enabled=False):
+    with _autocast_off(gram.device.type):
         return _xca_matrix(gram, total, n_tokens, qkv_weight, qkv_bias,
                            proj_weight, proj_bias, temperature, num_heads,
                            attn_drop, gamma)

@@ -1,15 +1,25 @@
-"""Convert an image-classification XCiT checkpoint into a clean backbone file.
+"""Convert an XCiT checkpoint: a classification model into a clean backbone
+file, or a published detector / segmentor into an mmdet 3 / mmseg 1 one.
 
-Reads an official facebookresearch/xcit, timm (.pth/.bin/.safetensors) or
-DINO checkpoint, drops the classification-only weights, renames to the
-backbone's names, checks the result strictly against the XCiT preset it
-matches (inferred from the shapes, or ``--arch``) and writes
-``{'state_dict': ..., 'meta': ...}`` (or a ``.safetensors`` file).
+Classification: reads an official facebookresearch/xcit, timm
+(.pth/.bin/.safetensors) or DINO checkpoint, drops the classification-only
+weights, renames to the backbone's names, checks the result strictly against
+the XCiT preset it matches (inferred from the shapes, or ``--arch``) and
+writes ``{'state_dict': ..., 'meta': ...}`` (or a ``.safetensors`` file).
 
-Example::
+Published detectors and segmentors (mmdet 2.11 / mmseg 0.11 layout): renames
+what changed, moves the class names and palette into ``meta['dataset_meta']``,
+drops the optimizer state, checks every weight against the model of
+``--config`` (default: the model index's config for the published file name)
+and writes ``{'meta': ..., 'state_dict': ...}``. SRC may be an http(s) URL.
 
-    python tools/convert_checkpoint.py xcit_small_12_p16_224.pth \
-        pretrained/xcit_small_12_p16.pth
+Examples::
+
+    python tools/convert_checkpoint.py xcit_small_12_p16_384_dist.pth \
+        pretrained/xcit_small_12_p16_384_dist.pth
+    python tools/convert_checkpoint.py \
+        https://dl.fbaipublicfiles.com/xcit/coco/maskrcnn_xcit_small_12_p16.pth \
+        checkpoints/mask_rcnn_xcit_s12_p16_3x_coco.pth
 """
 import argparse
 import os
@@ -22,15 +32,19 @@ import torch
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense import ARCH_SETTINGS, XCiT, __version__  # noqa: E402
-from xcit_dense.checkpoint import (CheckpointError,  # noqa: E402
-                                   convert_state_dict, extract_state_dict,
-                                   infer_settings, match_state_dict,
-                                   read_checkpoint)
+from xcit_dense.checkpoint import (  # noqa: E402
+    convert_state_dict, extract_state_dict, infer_settings, local_checkpoint,
+    match_state_dict, read_checkpoint)
+from xcit_dense.checkpoint.published import (  # noqa: E402
+    check_model_weights, convert_published, is_published)
+from xcit_dense.launch import UserError, load_config, run_cli  # noqa: E402
+from xcit_dense.model_index import model_for_weights  # noqa: E402
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('src', help='classification checkpoint to convert')
+    parser.add_argument(
+        'src', help='checkpoint to convert (file or http(s) URL)')
     parser.add_argument('dst', help='output (.pth, or .safetensors)')
     parser.add_argument(
         '--arch', choices=sorted(ARCH_SETTINGS),
@@ -39,6 +53,11 @@ def parse_args():
         '--checkpoint-key',
         help="entry holding the weights, e.g. 'student' for DINO "
         "(default: 'state_dict', 'model' or 'teacher', whichever exists)")
+    parser.add_argument(
+        '--config',
+        help='published detectors / segmentors: the config (or model-index '
+        'name) whose model every weight is checked against (default: the '
+        "model index's config for SRC's file name)")
     return parser.parse_args()
 
 
@@ -46,10 +65,61 @@ def step(msg):
     print(f'[{time.strftime("%H:%M:%S")}] {msg}', flush=True)
 
 
+def build_model(config: str):
+    """The detector / segmentor of ``config``, randomly initialised."""
+    from mmengine.registry import init_default_scope
+    cfg = load_config(config)
+    if cfg.model.get('backbone', {}).get('init_cfg'):
+        cfg.model.backbone.init_cfg = None
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    if cfg.get('default_scope') == 'mmseg':
+        from mmseg.registry import MODELS
+    else:
+        from mmdet.registry import MODELS
+    return MODELS.build(cfg.model)
+
+
+def convert_whole_model(args, raw):
+    config = args.config
+    if config is None:
+        entry = model_for_weights(args.src)
+        if entry is None:
+            raise UserError(
+                f'{args.src} is a published XCiT detector / segmentor, but '
+                'its file name is not in the model index; pass the config '
+                'it was trained with, e.g. --config '
+                'configs/coco/mask_rcnn_xcit_s12_p16_3x_coco.py.')
+        config = entry['Config']
+    converted, changes = convert_published(raw)
+    for change in changes:
+        print(f'  {change}')
+    step(f'checking every weight against the model of {config}')
+    weights, _ = check_model_weights(converted['state_dict'],
+                                     build_model(config).state_dict())
+    if args.dst.endswith('.safetensors'):
+        raise UserError('Whole detectors and segmentors are written as '
+                        '.pth (mmengine checkpoints); DST ends in '
+                        '.safetensors.')
+    meta = dict(converted['meta'], source=osp.basename(args.src),
+                config=osp.basename(config), xcit_dense_version=__version__)
+    os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
+    step(f'writing {args.dst}')
+    torch.save(dict(meta=meta, state_dict=weights), args.dst)
+    step(f'done: {len(weights)} tensors, '
+         f'{osp.getsize(args.dst) / 2**20:.1f} MiB')
+
+
 def main():
     args = parse_args()
-    step(f'reading {args.src} ({osp.getsize(args.src) / 2**20:.1f} MiB)')
-    raw = read_checkpoint(args.src)
+    src = local_checkpoint(args.src)
+    if not osp.isfile(src):
+        raise UserError(f'Checkpoint file not found: {args.src}')
+    step(f'reading {args.src} ({osp.getsize(src) / 2**20:.1f} MiB)')
+    raw = read_checkpoint(src)
+    if is_published(raw):
+        step('a published XCiT detector / segmentor (mmdet 2 / mmseg 0 '
+             'layout); converting')
+        return convert_whole_model(args, raw)
     state_dict, fmt = extract_state_dict(raw, args.checkpoint_key)
     step(f'{fmt} checkpoint with {len(state_dict)} entries; converting')
     converted, dropped = convert_state_dict(state_dict)
@@ -98,7 +168,4 @@ def main():
 
 
 if __name__ == '__main__':
-    try:
-        main()
-    except (CheckpointError, FileNotFoundError) as e:
-        sys.exit(f'error: {e}')
+    run_cli(main)

@@ -9,12 +9,15 @@ import argparse
 import os
 import os.path as osp
 import sys
+import warnings
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
+from xcit_dense.checkpoint.published import \
+    load_model_checkpoint  # noqa: E402
 from xcit_dense.launch import (UserError, check_checkpoint,  # noqa: E402
                                load_config, run_cli)
 
@@ -23,7 +26,9 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('image', help='image file')
     parser.add_argument('config', help='config file')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument(
+        'checkpoint', help='checkpoint file or http(s) URL (ours, or a '
+        'published XCiT detector / segmentor)')
     parser.add_argument('--out', required=True, help='output image file')
     parser.add_argument('--device', default='cpu', help='e.g. cpu, cuda:0')
     parser.add_argument('--score-thr', type=float, default=0.3,
@@ -35,12 +40,30 @@ def parse_args():
     return parser.parse_args()
 
 
+def load_model(init, cfg, checkpoint, device):
+    """The toolkit's ``init_*`` model, with the weights of ``checkpoint``
+    (ours or published) loaded strictly; class names and palette from the
+    checkpoint, else from the config's test dataset."""
+    with warnings.catch_warnings():  # "checkpoint is None": loaded below
+        warnings.simplefilter('ignore')
+        model = init(cfg, None, device='cpu')
+    dataset_meta = load_model_checkpoint(model, checkpoint)
+    if not dataset_meta.get('classes'):
+        dataset = cfg.get('test_dataloader', {}).get('dataset', {})
+        if dataset.get('metainfo', {}).get('classes'):
+            dataset_meta = dict(dataset.metainfo)
+        else:
+            dataset_meta = dict(getattr(model, 'dataset_meta', None) or {})
+    model.dataset_meta = dataset_meta
+    return model.to(device).eval()
+
+
 def main():
     args = parse_args()
     if not osp.isfile(args.image):
         raise UserError(f'Image not found: {args.image}')
     cfg = load_config(args.config, args.cfg_options)
-    check_checkpoint(args.checkpoint, 'checkpoint')
+    checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
     if cfg.model.get('backbone', {}).get('init_cfg'):
         cfg.model.backbone.init_cfg = None  # weights come from CHECKPOINT
     image = mmcv.imread(args.image, channel_order='rgb')
@@ -48,7 +71,7 @@ def main():
     if cfg.default_scope == 'mmdet':
         from mmdet.apis import inference_detector, init_detector
         from mmdet.registry import VISUALIZERS
-        model = init_detector(cfg, args.checkpoint, device=args.device)
+        model = load_model(init_detector, cfg, checkpoint, args.device)
         result = inference_detector(model, args.image)
         visualizer = VISUALIZERS.build(model.cfg.visualizer)
         visualizer.dataset_meta = model.dataset_meta
@@ -61,7 +84,7 @@ def main():
     else:
         from mmseg.apis import inference_model, init_model
         from mmseg.registry import VISUALIZERS
-        model = init_model(cfg, args.checkpoint, device=args.device)
+        model = load_model(init_model, cfg, checkpoint, args.device)
         result = inference_model(model, args.image)
         visualizer = VISUALIZERS.build(model.cfg.visualizer)
         visualizer.dataset_meta = model.dataset_meta

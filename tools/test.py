@@ -20,7 +20,9 @@ from xcit_dense.launch import (UserError, add_run_arguments,  # noqa: E402
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config', help='test config file path')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument(
+        'checkpoint', help='checkpoint file or http(s) URL (ours, or a '
+        'published XCiT detector / segmentor)')
     parser.add_argument(
         '--out', help='detection: .pkl file of the predictions; '
         'segmentation: directory for the predicted label maps')
@@ -48,7 +50,8 @@ def enable_visualization(cfg, show_dir):
 def main():
     args = parse_args()
     cfg = config_from_args(args)
-    check_checkpoint(args.checkpoint, 'checkpoint to test')
+    # a URL is downloaded once into torch's hub cache, as mmdet does
+    checkpoint = check_checkpoint(args.checkpoint, 'checkpoint to test')
     check_inputs(cfg, training=False)
     # The trained weights are loaded whole and strictly (below); no
     # pretrained import needed.
@@ -75,8 +78,10 @@ def main():
 
     runner = build_runner(cfg)
     # A test-time-augmentation model holds the trained one as `module`.
+    # A published (mmdet 2 / mmseg 0) checkpoint is converted on loading by
+    # xcit_dense.CheckpointImportHook, which build_runner adds.
     runner.load_checkpoint(
-        args.checkpoint, strict=True,
+        checkpoint, strict=True,
         revise_keys=[(r'^module\.', '')] + ([(r'^', 'module.')]
                                             if tta else []))
     runner.test()

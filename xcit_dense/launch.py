@@ -10,7 +10,8 @@ from typing import Iterator, Optional, Tuple
 import torch
 from mmengine.config import Config, ConfigDict, DictAction
 
-from .checkpoint import read_checkpoint
+from .checkpoint import is_url, local_checkpoint, read_checkpoint
+from .checkpoint.published import is_published
 from .errors import CheckpointError, DataError, UserError
 
 
@@ -24,10 +25,16 @@ def fail(error: BaseException) -> None:
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
-    if not osp.isfile(path):
-        raise UserError(f'Config file not found: {path}')
+    """Load a config file, or the config of a model of the model index
+    (e.g. ``mask_rcnn_xcit_s12_p16_3x_coco``)."""
+    from .model_index import config_file, models
+    found = config_file(path)
+    if found is None:
+        names = ', '.join(sorted(models())[:4])
+        raise UserError(f'Config file not found: {path} (neither a file nor '
+                        f'a model of the model index, e.g. {names}, ...)')
     try:
-        cfg = Config.fromfile(path)
+        cfg = Config.fromfile(found)
         if cfg_options:
             cfg.merge_from_dict(cfg_options)
     except (TypeError, ValueError, KeyError, SyntaxError, ImportError,
@@ -115,6 +122,22 @@ def check_datasets(cfg, splits) -> None:
                                 f'exist: {path}. {hint}')
 
 
+def check_evaluators(cfg, splits) -> None:
+    """Annotation files the evaluators read (mmdet's CocoMetric) must
+    exist."""
+    for split in splits:
+        evaluators = cfg.get(f'{split}_evaluator') or []
+        for evaluator in (evaluators if isinstance(evaluators, (list, tuple))
+                          else [evaluators]):
+            ann = (evaluator or {}).get('ann_file')
+            if ann and not osp.isfile(ann):
+                raise UserError(
+                    f'The annotation file of the {split} evaluator '
+                    f'({evaluator.get("type")}) does not exist: {ann}. Point '
+                    f'the config at it, e.g. --cfg-options {split}_evaluator.'
+                    'ann_file=/path/to/annotations.json')
+
+
 def check_backbone(cfg) -> None:
     """Validate an XCiT backbone config before anything is built."""
     backbone = (cfg.get('model') or {}).get('backbone') or {}
@@ -131,31 +154,60 @@ def check_backbone(cfg) -> None:
         raise UserError(f'Bad backbone in the config (model.backbone): {e}')
 
 
-def check_checkpoint(path: str, what: str) -> None:
-    if not osp.isfile(path):
-        raise UserError(
-            f'The {what} does not exist: {path}. Pass a local file, e.g. '
-            '--cfg-options model.backbone.init_cfg.checkpoint=PATH (use '
-            'tools/convert_checkpoint.py for official, timm or DINO files).'
-            if 'pretrained' in what else
-            f'The {what} does not exist: {path}.')
+def check_checkpoint(path: str, what: str) -> str:
+    """Check the checkpoint at ``path`` (a file or an http(s) URL, downloaded
+    once into torch's hub cache) and return its local path."""
+    hint = (' Pass a local file or an http(s) URL, e.g. --cfg-options '
+            'model.backbone.init_cfg.checkpoint=PATH_OR_URL.'
+            if 'pretrained' in what else '')
+    if not is_url(path) and not osp.isfile(str(path)):
+        raise UserError(f'The {what} does not exist: {path}.{hint}')
     try:
-        read_checkpoint(path)
+        local = local_checkpoint(path)
+        read_checkpoint(local)
     except CheckpointError as e:
         raise UserError(f'The {what} cannot be used: {e}')
+    return local
 
 
 def check_inputs(cfg, training: bool) -> None:
-    """Fail early, before a work dir is written, on missing or bad inputs."""
+    """Fail early, before a work dir is written, on missing or bad inputs.
+
+    Checkpoints given as URLs are downloaded here (once) and the config is
+    pointed at the local copy, which is then read without arbitrary
+    unpickling like any other file."""
     check_backbone(cfg)
     check_datasets(cfg, ('train', 'val') if training else ('test', ))
+    check_evaluators(cfg, ('val', ) if training else ('test', ))
     if training:
         init = ((cfg.get('model') or {}).get('backbone') or {}).get(
             'init_cfg') or {}
         if init.get('type') == 'Pretrained':
-            check_checkpoint(init.get('checkpoint'), 'pretrained checkpoint')
-        if cfg.get('resume') and cfg.get('load_from'):
-            check_checkpoint(cfg.load_from, 'checkpoint to resume from')
+            init['checkpoint'] = check_checkpoint(init.get('checkpoint'),
+                                                  'pretrained checkpoint')
+        if cfg.get('load_from'):
+            what = ('checkpoint to resume from' if cfg.get('resume') else
+                    'checkpoint to start from (load_from)')
+            cfg.load_from = check_checkpoint(cfg.load_from, what)
+            if cfg.get('resume') and is_published(
+                    read_checkpoint(cfg.load_from)):
+                raise UserError(
+                    f'Cannot resume from {cfg.load_from}: it is a published '
+                    'XCiT checkpoint (mmdet 2 / mmseg 0 layout) with no '
+                    'optimizer or scheduler state of this toolkit. Fine-tune '
+                    'from it with --cfg-options load_from=FILE (no --resume) '
+                    'or evaluate it with tools/test.py.')
+
+
+def add_checkpoint_import_hook(cfg) -> None:
+    """Make sure the runner converts published checkpoints and checks every
+    loaded one strictly (:class:`xcit_dense.hooks.CheckpointImportHook`),
+    also when a config replaced the recipe's ``custom_hooks``."""
+    hooks = list(cfg.get('custom_hooks') or [])
+    if not any(str(h.get('type', '')).endswith('CheckpointImportHook')
+               for h in hooks):
+        hooks.append(dict(type='xcit_dense.CheckpointImportHook'))
+    cfg.custom_hooks = hooks
 
 
 def adapt_to_machine(cfg) -> None:
@@ -213,6 +265,7 @@ def maybe_init_cpu_distributed(cfg) -> None:
 def build_runner(cfg):
     """mmengine's Runner for ``cfg``, fitted to this machine first."""
     adapt_to_machine(cfg)
+    add_checkpoint_import_hook(cfg)
     maybe_init_cpu_distributed(cfg)
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
@@ -238,7 +291,7 @@ def finish_distributed() -> None:
 
 
 __all__ = [
-    'UserError', 'add_run_arguments', 'adapt_to_machine', 'build_runner',
+    'UserError', 'add_checkpoint_import_hook', 'add_run_arguments', 'adapt_to_machine', 'build_runner',
     'check_checkpoint', 'check_inputs', 'config_from_args', 'fail',
     'finish_distributed', 'load_config', 'maybe_init_cpu_distributed',
     'run_cli'

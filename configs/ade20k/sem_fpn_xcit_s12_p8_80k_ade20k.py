@@ -2,9 +2,12 @@
 # (facebookresearch/xcit semantic segmentation README).
 _base_ = './_base_/sem_fpn_xcit_80k_ade20k.py'
 
+# ImageNet-1k weights of the published training command (384 px, distilled)
+pretrained = ('https://dl.fbaipublicfiles.com/xcit/'
+              'xcit_small_12_p8_384_dist.pth')
 model = dict(
     backbone=dict(
         arch='small_12_p8', drop_path_rate=0.05, eta=1.0,
-        init_cfg=dict(checkpoint='pretrained/xcit_small_12_p8_224.pth')),
+        init_cfg=dict(checkpoint=pretrained)),
     neck=dict(in_channels=[384] * 4, out_channels=384),
     decode_head=dict(in_channels=[384] * 4))

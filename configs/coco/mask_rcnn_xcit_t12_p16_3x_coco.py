@@ -2,8 +2,11 @@
 # (facebookresearch/xcit detection README).
 _base_ = './_base_/mask_rcnn_xcit_3x_coco.py'
 
+# ImageNet-1k weights of the published training command (384 px, distilled)
+pretrained = ('https://dl.fbaipublicfiles.com/xcit/'
+              'xcit_tiny_12_p16_384_dist.pth')
 model = dict(
     backbone=dict(
         arch='tiny_12_p16', drop_path_rate=0.0, eta=1.0,
-        init_cfg=dict(checkpoint='pretrained/xcit_tiny_12_p16_224.pth')),
+        init_cfg=dict(checkpoint=pretrained)),
     neck=dict(in_channels=[192] * 4))

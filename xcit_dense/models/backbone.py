@@ -282,6 +282,23 @@ class XCiT(BaseModule):
                 names.add(name)
         return names
 
+    def layer_id(self, name: str) -> int:
+        """Depth of the parameter ``name`` (relative to the backbone) for
+        layer-wise learning-rate decay, as in BEiT and ViTDet: the stem and
+        the positional encoding are layer 0, block ``i`` is layer ``i + 1``,
+        everything after the last block (the pyramid, and a detector's neck
+        and heads) is the top, :attr:`num_layers` ``+ 1``."""
+        if name.startswith(('patch_embed.', 'pos_embed.')):
+            return 0
+        if name.startswith('blocks.'):
+            return int(name.split('.', 2)[1]) + 1
+        return self.num_layers + 1
+
+    @property
+    def num_layers(self) -> int:
+        """Blocks built (those up to the last tapped one)."""
+        return len(self.blocks)
+
     # ------------------------------------------------------------ weights
     def init_weights(self) -> None:
         """Initialise; with ``init_cfg=dict(type='Pretrained', ...)`` import

@@ -19,7 +19,9 @@ xcit_backbone = dict(
     drop_path_rate=0.05,
     eta=1.0,
     init_cfg=dict(
-        type='Pretrained', checkpoint='pretrained/xcit_small_12_p16_224.pth'))
+        type='Pretrained',
+        checkpoint='https://dl.fbaipublicfiles.com/xcit/'
+        'xcit_small_12_p16_384_dist.pth'))
 
 train_dataloader = dict(batch_size=2, num_workers=2)
 
@@ -33,3 +35,6 @@ xcit_optim_wrapper = dict(
 # SyncBN in every BatchNorm when distributed on GPUs, as mmseg's heads
 # (tools/train.py keeps BatchNorm on CPU, where SyncBN cannot run).
 sync_bn = 'torch'
+# Published (mmseg 0.11) checkpoints converted on loading, every loaded
+# checkpoint checked strictly (tools/*.py add it to configs that lack it).
+custom_hooks = [dict(type='xcit_dense.CheckpointImportHook')]

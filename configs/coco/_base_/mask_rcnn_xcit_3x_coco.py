@@ -21,7 +21,8 @@ model = dict(
         # 12, (7, 11, 15, 23) for depth 24.
         init_cfg=dict(
             type='Pretrained',
-            checkpoint='pretrained/xcit_small_12_p16_224.pth')),
+            checkpoint='https://dl.fbaipublicfiles.com/xcit/'
+            'xcit_small_12_p16_384_dist.pth')),
     # One FPN input per pyramid level (strides 4, 8, 16, 32), each embed_dim
     # wide; the RoI extractors of the base model already use these strides.
     neck=dict(in_channels=[384, 384, 384, 384]))
@@ -79,3 +80,6 @@ auto_scale_lr = dict(enable=False, base_batch_size=16)
 # SyncBN in the backbone's BatchNorms when distributed on GPUs (tools/train.py
 # keeps BatchNorm on CPU, where SyncBN cannot run).
 sync_bn = 'torch'
+# Published (mmdet 2.11) checkpoints converted on loading, every loaded
+# checkpoint checked strictly (tools/*.py add it to configs that lack it).
+custom_hooks = [dict(type='xcit_dense.CheckpointImportHook')]

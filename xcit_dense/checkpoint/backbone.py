@@ -17,71 +17,25 @@ The conversion functions are pure (state dict in, state dict out); loading
 is strict: classification-only weights are dropped and listed, every
 backbone weight must be present with the right shape, and the pyramid is
 either loaded whole or, when the file has none of it (a classification
-checkpoint), left freshly initialised. Files are read with
-``torch.load(weights_only=True)``; anything that needs arbitrary unpickling is
-refused.
+checkpoint), left freshly initialised. Files are read by
+:func:`~.files.read_checkpoint` (no arbitrary unpickling; URLs downloaded
+once).
 """
-import argparse
 import logging
-import os
-import pickle
 import re
-import zipfile
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
+from .files import read_checkpoint
 
 # Top-level weights of the classification model that the backbone does not
 # have: class token(s), class-attention blocks, final norm, heads.
 CLASSIFICATION_ONLY = ('cls_token', 'dist_token', 'cls_attn_blocks.',
                        'norm.', 'head.', 'head_dist.', 'fc_norm.')
 PYRAMID_PREFIX = re.compile(r'^fpn\d+\.')
-# Types besides tensors found in official and DINO training checkpoints
-# (their 'args' entry); safe to rebuild, so allowed while reading.
-_CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace]
-
-
-def read_checkpoint(path: str) -> Mapping:
-    """Read a checkpoint file without arbitrary unpickling.
-
-    ``.safetensors`` files are read with safetensors; anything else with
-    ``torch.load(weights_only=True)`` on the CPU.
-    """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f'Checkpoint file not found: {path}')
-    if path.endswith('.safetensors'):
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-        try:
-            return load_file(path, device='cpu')
-        except (SafetensorError, OSError, ValueError) as e:
-            raise CheckpointError(
-                f'Cannot read {path} as safetensors (truncated or not a '
-                f'safetensors file): {e}') from e
-    try:
-        with torch.serialization.safe_globals(_CHECKPOINT_SAFE_GLOBALS):
-            return torch.load(path, map_location='cpu', weights_only=True)
-    except pickle.UnpicklingError as e:
-        if 'Weights only load failed' in str(e) or 'weights_only' in str(e):
-            raise CheckpointError(
-                f'{path} stores Python objects that need arbitrary '
-                'unpickling (torch.load(weights_only=False)), which '
-                'xcit-dense refuses because it can run code from the file. '
-                'If you trust the file, re-save only its tensors, e.g. '
-                "torch.save(torch.load(path, weights_only=False)['model'], "
-                f'new_path). Detail: {str(e).splitlines()[0]}') from e
-        raise CheckpointError(
-            f'Cannot read {path}: not a PyTorch checkpoint or truncated '
-            f'({e})') from e
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
-        raise CheckpointError(
-            f'Cannot read {path}: the file is truncated or not a PyTorch '
-            f'checkpoint ({type(e).__name__}: {e})') from e
-
-
 def extract_state_dict(checkpoint: Mapping,
                        checkpoint_key: Optional[str] = None
                        ) -> Tuple[Dict[str, torch.Tensor], str]:

@@ -1,0 +1,99 @@
+"""Reading checkpoint files, local or at an http(s) URL, without arbitrary
+unpickling.
+
+URLs are downloaded once, with a progress bar, into the cache mmdet, mmseg and
+mmengine use for URL checkpoints (``torch.hub.get_dir()/checkpoints``, i.e.
+``$TORCH_HOME/hub/checkpoints``, named after the URL's file name) and then
+read like any local file. mmengine would read a URL with
+``torch.load(weights_only=False)``; the tools therefore hand mmengine the
+cached file instead of the URL (:func:`local_checkpoint`).
+"""
+import argparse
+import os
+import os.path as osp
+import pickle
+import zipfile
+from typing import Mapping
+from urllib.error import URLError
+from urllib.parse import urlparse
+
+import torch
+
+from ..errors import CheckpointError
+
+# Types besides tensors found in official and DINO training checkpoints
+# (their 'args' entry); safe to rebuild, so allowed while reading.
+_CHECKPOINT_SAFE_GLOBALS = [argparse.Namespace]
+
+
+def is_url(path) -> bool:
+    return isinstance(path, str) and path.startswith(('http://', 'https://'))
+
+
+def cached_path(url: str) -> str:
+    """Where :func:`local_checkpoint` keeps the download of ``url``."""
+    name = osp.basename(urlparse(url).path)
+    if not name:
+        raise CheckpointError(f'The checkpoint URL {url} names no file.')
+    return osp.join(torch.hub.get_dir(), 'checkpoints', name)
+
+
+def local_checkpoint(path: str, progress: bool = True) -> str:
+    """The local file for ``path``: itself, or for an http(s) URL the cached
+    download (fetched once; a download is written to a temporary file and
+    moved into place, so an interrupted one leaves nothing behind)."""
+    if not is_url(path):
+        return path
+    target = cached_path(path)
+    if osp.isfile(target):
+        return target
+    os.makedirs(osp.dirname(target), exist_ok=True)
+    print(f'Downloading {path} to {target}', flush=True)
+    try:
+        torch.hub.download_url_to_file(path, target, progress=progress)
+    except (URLError, OSError, ValueError) as e:
+        raise CheckpointError(
+            f'Cannot download the checkpoint {path}: {e}. Check the URL and '
+            'the network, or download the file yourself and pass its local '
+            'path.') from e
+    return target
+
+
+def read_checkpoint(path: str) -> Mapping:
+    """Read a checkpoint file (or URL, see :func:`local_checkpoint`) without
+    arbitrary unpickling.
+
+    ``.safetensors`` files are read with safetensors; anything else with
+    ``torch.load(weights_only=True)`` on the CPU.
+    """
+    path = local_checkpoint(path)
+    if not osp.isfile(path):
+        raise FileNotFoundError(f'Checkpoint file not found: {path}')
+    if path.endswith('.safetensors'):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+        try:
+            return load_file(path, device='cpu')
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(
+                f'Cannot read {path} as safetensors (truncated or not a '
+                f'safetensors file): {e}') from e
+    try:
+        with torch.serialization.safe_globals(_CHECKPOINT_SAFE_GLOBALS):
+            return torch.load(path, map_location='cpu', weights_only=True)
+    except pickle.UnpicklingError as e:
+        if 'Weights only load failed' in str(e) or 'weights_only' in str(e):
+            raise CheckpointError(
+                f'{path} stores Python objects that need arbitrary '
+                'unpickling (torch.load(weights_only=False)), which '
+                'xcit-dense refuses because it can run code from the file. '
+                'If you trust the file, re-save only its tensors, e.g. '
+                "torch.save(torch.load(path, weights_only=False)['model'], "
+                f'new_path). Detail: {str(e).splitlines()[0]}') from e
+        raise CheckpointError(
+            f'Cannot read {path}: not a PyTorch checkpoint or truncated '
+            f'({e})') from e
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
+        raise CheckpointError(
+            f'Cannot read {path}: the file is truncated or not a PyTorch '
+            f'checkpoint ({type(e).__name__}: {e})') from e

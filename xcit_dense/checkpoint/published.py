@@ -1,0 +1,185 @@
+"""Whole detectors and segmentors in the layout the XCiT authors published.
+
+The 24 released models (facebookresearch/xcit ``detection/README.md`` and
+``semantic_segmentation/README.md``) were saved by mmcv 1.3 runners from
+mmdet 2.11 and mmseg 0.11: ``{'meta': {..., 'CLASSES': ..., 'PALETTE': ...},
+'state_dict': ..., 'optimizer': ..., 'amp': ...}``. Their weights differ from
+the layout of mmdet 3.3 / mmseg 1.2 with this backbone in one name only, the
+positional encoder (``backbone.pos_embeder.`` -> ``backbone.pos_embed.``):
+the published backbone (``detection/backbone/xcit.py``, identical to the
+segmentation one but for imports) has no class token, class-attention
+blocks, final norm or head, and the FPN neck, RPN head, RoI heads, UPerHead,
+FCNHead and FPNHead kept their parameter names between those toolkit
+versions (see the README, "Use a published model", for how this was
+verified).
+
+:func:`convert_published` maps a published checkpoint to ours in memory;
+:func:`check_model_weights` compares any whole-model state dict with a model,
+strictly, allowing only the class-dependent output layers to differ in shape
+when fine-tuning to other classes.
+"""
+import re
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+from ..errors import CheckpointError
+
+# Every difference of the published weights' names from ours.
+RENAMED = (('backbone.pos_embeder.', 'backbone.pos_embed.'), )
+# Top-level entries of the published files that are not the model: the
+# optimizer and apex AMP states of the mmcv 1.x runner.
+TRAINING_STATE = ('optimizer', 'amp')
+# Output layers whose shapes follow the number of classes (mmdet's
+# Shared2FCBBoxHead and FCNMaskHead, mmseg's decode heads).
+CLASS_LAYERS = re.compile(
+    r'^(roi_head\.bbox_head\.(fc_cls|fc_reg)|roi_head\.mask_head\.conv_logits'
+    r'|decode_head\.conv_seg|auxiliary_head\.conv_seg)\.')
+
+
+def toolkit_of(meta: Mapping) -> Optional[str]:
+    """``'mmdet 2.x'`` / ``'mmseg 0.x'`` for a checkpoint ``meta`` written by
+    those versions, else None."""
+    for key, name, old in (('mmdet_version', 'mmdet', '2.'),
+                           ('mmseg_version', 'mmseg', '0.')):
+        version = str(meta.get(key, ''))
+        if version.startswith(old):
+            return f'{name} {version}'
+    return None
+
+
+def is_published(checkpoint: Mapping) -> bool:
+    """Whether ``checkpoint`` is a whole model in the published layout."""
+    if not isinstance(checkpoint, Mapping):
+        return False
+    state_dict = checkpoint.get('state_dict')
+    meta = checkpoint.get('meta')
+    if not isinstance(state_dict, Mapping):
+        return False
+    if isinstance(meta, Mapping) and toolkit_of(meta):
+        return True
+    old = tuple(src for src, _ in RENAMED)
+    return any(str(k).startswith(old) for k in state_dict)
+
+
+def dataset_meta_of(meta: Mapping) -> Dict:
+    """Class names (and palette) of a checkpoint's ``meta``, as mmengine's
+    ``dataset_meta`` (``classes``, ``palette``); ``{}`` if it has none."""
+    if isinstance(meta.get('dataset_meta'), Mapping):
+        return {str(k).lower(): v for k, v in meta['dataset_meta'].items()}
+    out = {}
+    if meta.get('CLASSES') is not None:
+        out['classes'] = tuple(meta['CLASSES'])
+    if meta.get('PALETTE') is not None:
+        out['palette'] = [tuple(int(c) for c in color)
+                          for color in meta['PALETTE']]
+    return out
+
+
+def convert_published(checkpoint: Mapping) -> Tuple[Dict, List[str]]:
+    """A published detector / segmentor checkpoint in our layout.
+
+    Returns ``{'meta': ..., 'state_dict': ...}`` (``meta['dataset_meta']``
+    holds the published class names and palette) and the list of what was
+    changed, one line each, for the log.
+    """
+    meta = dict(checkpoint.get('meta') or {})
+    source = toolkit_of(meta) or 'published layout'
+    log = []
+    state_dict = {}
+    renamed = {src: 0 for src, _ in RENAMED}
+    for key, value in checkpoint['state_dict'].items():
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f'The published checkpoint holds a non-tensor entry {key!r} '
+                f'({type(value).__name__}) in its state_dict.')
+        key = key[len('module.'):] if key.startswith('module.') else key
+        for src, dst in RENAMED:
+            if key.startswith(src):
+                renamed[src] += 1
+                key = dst + key[len(src):]
+        state_dict[key] = value
+    for (src, dst), n in zip(RENAMED, renamed.values()):
+        if n:
+            log.append(f'renamed {src}* -> {dst}* ({n} tensors)')
+    dropped = [k for k in TRAINING_STATE if k in checkpoint]
+    if dropped:
+        log.append(f'dropped the {source} training state: '
+                   f'{", ".join(dropped)} (no optimizer state of ours)')
+    dataset_meta = dataset_meta_of(meta)
+    if dataset_meta:
+        log.append('class names' + (' and palette' if 'palette' in
+                                    dataset_meta else '') +
+                   " of meta['CLASSES'/'PALETTE'] kept as "
+                   "meta['dataset_meta']")
+    new_meta = {k: v for k, v in meta.items()
+                if k not in ('CLASSES', 'PALETTE', 'config')}
+    new_meta['dataset_meta'] = dataset_meta
+    new_meta['converted_from'] = source
+    return dict(meta=new_meta, state_dict=state_dict), log
+
+
+def check_model_weights(state_dict: Mapping[str, torch.Tensor],
+                        model_state: Mapping[str, torch.Tensor],
+                        allow_new_classes: bool = False
+                        ) -> Tuple[Dict[str, torch.Tensor], List[str]]:
+    """Compare a whole-model state dict with the model's, strictly.
+
+    With ``allow_new_classes`` (fine-tuning), the class-dependent output
+    layers (:data:`CLASS_LAYERS`) may differ in shape; they are left out of
+    the returned weights and named in the second return value, so that the
+    model keeps them freshly initialised. Anything else that does not match
+    raises :class:`CheckpointError` naming the keys.
+    """
+    missing = [k for k in model_state if k not in state_dict
+               and not k.endswith('num_batches_tracked')]
+    unexpected = [k for k in state_dict if k not in model_state]
+    shapes, reinit = [], []
+    for key, value in state_dict.items():
+        if key in model_state and model_state[key].shape != value.shape:
+            if allow_new_classes and CLASS_LAYERS.match(key):
+                reinit.append(key)
+            else:
+                shapes.append(f'{key}: checkpoint {tuple(value.shape)} vs '
+                              f'model {tuple(model_state[key].shape)}')
+    if missing or unexpected or shapes:
+        lines = ['The checkpoint does not fit the model of the config:']
+        for what, keys in (('missing weights', missing),
+                           ('unexpected keys', unexpected),
+                           ('shape mismatches', shapes)):
+            if keys:
+                more = f', ... (+{len(keys) - 12} more)' if len(
+                    keys) > 12 else ''
+                lines.append(f'  {what} ({len(keys)}): '
+                             f'{", ".join(keys[:12])}{more}')
+        lines.append(
+            '  Check that the config matches the checkpoint (backbone arch '
+            'and patch size, neck and head channels, number of classes).')
+        raise CheckpointError('\n'.join(lines))
+    return {k: v for k, v in state_dict.items() if k not in reinit}, reinit
+
+
+def load_model_checkpoint(model: torch.nn.Module, path: str,
+                          logger=None) -> Dict:
+    """Load a whole detector / segmentor checkpoint (ours or published, a
+    file or URL) into ``model`` strictly, in memory; return its class names
+    and palette (``{}`` if it has none).
+
+    For code that builds a model without mmengine's Runner (the demo);
+    the Runner does the same through
+    :class:`xcit_dense.hooks.CheckpointImportHook`.
+    """
+    from .files import read_checkpoint
+    log = logger.info if logger is not None else print
+    checkpoint = read_checkpoint(path)
+    if is_published(checkpoint):
+        checkpoint, changes = convert_published(checkpoint)
+        log('Converted a published XCiT checkpoint: ' + '; '.join(changes))
+    if not isinstance(checkpoint, Mapping):
+        raise CheckpointError(f'{path} is not a checkpoint of a model.')
+    state_dict = checkpoint.get('state_dict', checkpoint)
+    state_dict = {k[len('module.'):] if k.startswith('module.') else k: v
+                  for k, v in state_dict.items()}
+    weights, _ = check_model_weights(state_dict, model.state_dict())
+    model.load_state_dict(weights, strict=False)
+    return dataset_meta_of(checkpoint.get('meta') or {})

@@ -10,8 +10,10 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+from xcit_dense.hooks import EXIT_PREEMPTED  # noqa: E402
 from xcit_dense.launch import (UserError, add_run_arguments,  # noqa: E402
-                               build_runner, check_inputs, config_from_args,
+                               build_runner, check_inputs,
+                               checkpoint_to_resume, config_from_args,
                                finish_distributed, run_cli)
 
 
@@ -58,8 +60,10 @@ def main():
                             'configuration file.')
 
     if args.resume == 'auto':
+        # the newest complete checkpoint of the work dir (a truncated newer
+        # one is skipped and named); none: start from the beginning
         cfg.resume = True
-        cfg.load_from = None
+        cfg.load_from = checkpoint_to_resume(cfg.work_dir)
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume
@@ -68,6 +72,8 @@ def main():
     runner = build_runner(cfg)
     runner.train()
     finish_distributed()
+    if runner.message_hub.get_info('preempted'):
+        sys.exit(EXIT_PREEMPTED)  # checkpointed on a signal: resume later
 
 
 if __name__ == '__main__':

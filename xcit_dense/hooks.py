@@ -1,4 +1,6 @@
 """Runner hooks of the ``xcit_dense`` scope."""
+import os.path as osp
+
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
@@ -63,3 +65,91 @@ class CheckpointImportHook(Hook):
         else:
             checkpoint.clear()
             checkpoint.update(weights)
+
+
+#: the exit status of a run that saved a checkpoint on a signal and stopped
+#: (EX_TEMPFAIL of sysexits.h: try again, e.g. requeue and --resume)
+EXIT_PREEMPTED = 75
+
+
+@HOOKS.register_module()
+class PreemptionHook(Hook):
+    """On SIGTERM, SIGINT or the pre-emption signal, finish the iteration in
+    flight, save a checkpoint of exactly that point and stop.
+
+    Schedulers send SIGTERM before killing a job; SLURM sends ``signal``
+    some time before the end of a job's time (``--signal``). The handler
+    only takes note; after the iteration, all ranks agree (the signal may
+    reach them at different iterations) and rank 0 writes
+    ``iter_<n>.pth`` (atomically, then ``last_checkpoint``), the loop stops,
+    and ``tools/train.py`` exits with status 75 (:data:`EXIT_PREEMPTED`). A
+    second SIGINT interrupts at once, as usual.
+
+    Args:
+        signal (str): the pre-emption signal besides SIGTERM and SIGINT.
+            Defaults to ``'SIGUSR1'``.
+    """
+
+    priority = 'LOWEST'  # after the iteration's other hooks and checkpoint
+
+    def __init__(self, signal: str = 'SIGUSR1'):
+        import signal as signals
+        names = {'SIGTERM', 'SIGINT', signal}
+        unknown = [n for n in names if not hasattr(signals, str(n))]
+        if unknown:
+            raise ValueError(f'PreemptionHook: unknown signal {unknown[0]!r}'
+                             ' (use a name such as SIGUSR1, SIGUSR2)')
+        self.signals = sorted(getattr(signals, n) for n in names)
+        self.received = None
+        self._previous = {}
+
+    def _note(self, signum, frame):
+        import signal as signals
+        self.received = signum
+        if signum == signals.SIGINT:  # a second Ctrl-C interrupts at once
+            signals.signal(signals.SIGINT, self._previous.get(
+                signals.SIGINT, signals.default_int_handler))
+
+    def before_train(self, runner) -> None:
+        import signal as signals
+        for signum in self.signals:
+            self._previous[signum] = signals.signal(signum, self._note)
+
+    def after_train(self, runner) -> None:
+        import signal as signals
+        for signum, handler in self._previous.items():
+            signals.signal(signum, handler)
+        self._previous.clear()
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None) -> None:
+        import signal as signals
+
+        import torch
+        import torch.distributed as dist
+        received = self.received or 0
+        if dist.is_available() and dist.is_initialized():
+            flag = torch.tensor([received], dtype=torch.int64)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            received = int(flag)
+        if not received:
+            return
+        name = signals.Signals(received).name
+        filename = f'iter_{runner.iter + 1}.pth'
+        runner.save_checkpoint(
+            runner.work_dir, filename, save_optimizer=True,
+            save_param_scheduler=True, by_epoch=False,
+            backend_args=dict(backend='atomic_local'))
+        path = osp.join(runner.work_dir, filename)
+        if runner.rank == 0:
+            from .training import AtomicLocalBackend
+            AtomicLocalBackend().put_text(
+                path, osp.join(runner.work_dir, 'last_checkpoint'))
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # no rank exits while rank 0 writes
+        runner.message_hub.update_info('preempted', name)
+        runner.train_loop.stop_training = True
+        print_log(f'{name} received: saved the state after iteration '
+                  f'{runner.iter + 1} to {path} and stopping (exit status '
+                  f'{EXIT_PREEMPTED}); continue with --resume.',
+                  logger='current')

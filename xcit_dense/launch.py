@@ -5,7 +5,7 @@ import argparse
 import os
 import os.path as osp
 import sys
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from mmengine.config import Config, ConfigDict, DictAction
@@ -199,15 +199,67 @@ def check_inputs(cfg, training: bool) -> None:
                     'or evaluate it with tools/test.py.')
 
 
-def add_checkpoint_import_hook(cfg) -> None:
+REQUIRED_HOOKS = ('CheckpointImportHook', 'PreemptionHook')
+
+
+def add_required_hooks(cfg) -> None:
     """Make sure the runner converts published checkpoints and checks every
-    loaded one strictly (:class:`xcit_dense.hooks.CheckpointImportHook`),
-    also when a config replaced the recipe's ``custom_hooks``."""
+    loaded one strictly, saves a checkpoint on SIGTERM / SIGINT / SIGUSR1
+    (:mod:`xcit_dense.hooks`) and writes checkpoints atomically, also when a
+    config replaced the recipe's ``custom_hooks`` or checkpoint hook."""
     hooks = list(cfg.get('custom_hooks') or [])
-    if not any(str(h.get('type', '')).endswith('CheckpointImportHook')
-               for h in hooks):
-        hooks.append(dict(type='xcit_dense.CheckpointImportHook'))
+    for name in REQUIRED_HOOKS:
+        if not any(str(h.get('type', '')).split('.')[-1] == name
+                   for h in hooks):
+            hooks.append(dict(type=f'xcit_dense.{name}'))
     cfg.custom_hooks = hooks
+    checkpoint = (cfg.get('default_hooks') or {}).get('checkpoint')
+    if checkpoint is not None and not checkpoint.get('backend_args'):
+        checkpoint['backend_args'] = dict(backend='atomic_local')
+
+
+def complete_checkpoints(work_dir: str) -> List[str]:
+    """The checkpoints a run in ``work_dir`` may resume from, newest first:
+    the one ``last_checkpoint`` names, then ``iter_*.pth`` / ``epoch_*.pth``
+    by decreasing number."""
+    import re
+    from mmengine.runner import find_latest_checkpoint
+    latest = find_latest_checkpoint(work_dir) if osp.isdir(work_dir) else None
+    numbered = []
+    if osp.isdir(work_dir):
+        for name in os.listdir(work_dir):
+            m = re.fullmatch(r'(iter|epoch)_(\d+)\.pth', name)
+            if m:
+                numbered.append((m.group(1) == 'iter', int(m.group(2)),
+                                 osp.join(work_dir, name)))
+    ordered = [p for *_, p in sorted(numbered, reverse=True)]
+    if latest:
+        ordered = [latest] + [p for p in ordered
+                              if osp.abspath(p) != osp.abspath(latest)]
+    return ordered
+
+
+def checkpoint_to_resume(work_dir: str) -> Optional[str]:
+    """The newest complete checkpoint of ``work_dir`` (``--resume`` without
+    a path); a truncated or unreadable newer one is skipped and named."""
+    candidates = complete_checkpoints(work_dir)
+    bad = []
+    for path in candidates:
+        try:
+            read_checkpoint(path)
+        except (CheckpointError, FileNotFoundError) as e:
+            bad.append((path, e))
+            continue
+        if bad:
+            print(f'The newest checkpoint {bad[0][0]} cannot be read '
+                  f'({str(bad[0][1]).splitlines()[0]}); resuming from {path}, '
+                  'the newest complete one.', flush=True)
+        return path
+    if bad:
+        raise UserError(
+            f'No checkpoint in {work_dir} can be resumed: '
+            + '; '.join(f'{p} ({str(e).splitlines()[0]})' for p, e in bad))
+    return None
 
 
 def adapt_to_machine(cfg) -> None:
@@ -265,7 +317,7 @@ def maybe_init_cpu_distributed(cfg) -> None:
 def build_runner(cfg):
     """mmengine's Runner for ``cfg``, fitted to this machine first."""
     adapt_to_machine(cfg)
-    add_checkpoint_import_hook(cfg)
+    add_required_hooks(cfg)
     maybe_init_cpu_distributed(cfg)
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
@@ -291,7 +343,8 @@ def finish_distributed() -> None:
 
 
 __all__ = [
-    'UserError', 'add_checkpoint_import_hook', 'add_run_arguments', 'adapt_to_machine', 'build_runner',
+    'UserError', 'add_required_hooks', 'add_run_arguments',
+    'checkpoint_to_resume', 'adapt_to_machine', 'build_runner',
     'check_checkpoint', 'check_inputs', 'config_from_args', 'fail',
     'finish_distributed', 'load_config', 'maybe_init_cpu_distributed',
     'run_cli'

@@ -5,13 +5,21 @@ They are children of mmengine's root registries, so a config of any scope
 imports this module on the first look-up of the ``xcit_dense`` scope and then
 imports the ``locations`` below, which register the classes.
 """
+from mmengine.registry import DATA_SAMPLERS as MMENGINE_DATA_SAMPLERS
 from mmengine.registry import HOOKS as MMENGINE_HOOKS
+from mmengine.registry import LOOPS as MMENGINE_LOOPS
 from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
+DATA_SAMPLERS = Registry(
+    'data sampler', parent=MMENGINE_DATA_SAMPLERS, scope='xcit_dense',
+    locations=['xcit_dense.training'])
+LOOPS = Registry(
+    'loop', parent=MMENGINE_LOOPS, scope='xcit_dense',
+    locations=['xcit_dense.training'])
 HOOKS = Registry(
     'hook', parent=MMENGINE_HOOKS, scope='xcit_dense',
     locations=['xcit_dense.hooks'])

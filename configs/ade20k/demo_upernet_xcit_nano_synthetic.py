@@ -59,7 +59,7 @@ val_evaluator = dict(type='IoUMetric', iou_metrics=['mIoU'])
 test_evaluator = val_evaluator
 
 max_iters = 600
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters,
+train_cfg = dict(type='xcit_dense.IterBasedTrainLoop', max_iters=max_iters,
                  val_interval=max_iters)
 optim_wrapper = dict(optimizer=dict(lr=1e-3))
 param_scheduler = [

@@ -62,7 +62,7 @@ test_evaluator = val_evaluator
 
 max_iters = 800
 train_cfg = dict(
-    _delete_=True, type='IterBasedTrainLoop', max_iters=max_iters,
+    _delete_=True, type='xcit_dense.IterBasedTrainLoop', max_iters=max_iters,
     val_interval=max_iters)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0,

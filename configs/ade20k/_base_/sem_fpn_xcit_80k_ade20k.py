@@ -23,3 +23,8 @@ param_scheduler = [
     dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=1500,
          end=80000),
 ]
+# mmengine's iteration loop, resumable at any iteration to the same result
+train_cfg = dict(type='xcit_dense.IterBasedTrainLoop')
+# checkpoints written to a temporary name and renamed into place
+default_hooks = dict(
+    checkpoint=dict(backend_args=dict(backend='atomic_local')))

@@ -36,5 +36,9 @@ xcit_optim_wrapper = dict(
 # (tools/train.py keeps BatchNorm on CPU, where SyncBN cannot run).
 sync_bn = 'torch'
 # Published (mmseg 0.11) checkpoints converted on loading, every loaded
-# checkpoint checked strictly (tools/*.py add it to configs that lack it).
-custom_hooks = [dict(type='xcit_dense.CheckpointImportHook')]
+# checkpoint checked strictly; a checkpoint on SIGTERM / SIGINT / SIGUSR1
+# (tools/*.py add these to configs that lack them).
+custom_hooks = [
+    dict(type='xcit_dense.CheckpointImportHook'),
+    dict(type='xcit_dense.PreemptionHook', signal='SIGUSR1'),
+]

@@ -67,7 +67,9 @@ optim_wrapper = dict(
     paramwise_cfg=dict(norm_decay_mult=0.))
 
 max_epochs = 36
-train_cfg = dict(max_epochs=max_epochs)
+# mmengine's epoch loop, resumable at any iteration to the same result
+train_cfg = dict(
+    type='xcit_dense.EpochBasedTrainLoop', max_epochs=max_epochs)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0,
          end=1000),
@@ -81,5 +83,12 @@ auto_scale_lr = dict(enable=False, base_batch_size=16)
 # keeps BatchNorm on CPU, where SyncBN cannot run).
 sync_bn = 'torch'
 # Published (mmdet 2.11) checkpoints converted on loading, every loaded
-# checkpoint checked strictly (tools/*.py add it to configs that lack it).
-custom_hooks = [dict(type='xcit_dense.CheckpointImportHook')]
+# checkpoint checked strictly; a checkpoint on SIGTERM / SIGINT / SIGUSR1
+# (tools/*.py add these to configs that lack them).
+custom_hooks = [
+    dict(type='xcit_dense.CheckpointImportHook'),
+    dict(type='xcit_dense.PreemptionHook', signal='SIGUSR1'),
+]
+# checkpoints written to a temporary name and renamed into place
+default_hooks = dict(
+    checkpoint=dict(backend_args=dict(backend='atomic_local')))

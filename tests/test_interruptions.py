@@ -1,0 +1,269 @@
+"""Interruption-proof training on the COCO demo loops: a run killed at any
+iteration (SIGKILL) or stopped by a signal (SIGTERM: a checkpoint of the
+iteration in flight) and resumed with --resume ends with the same weights and
+optimizer state as the uninterrupted run, bit for bit, with dataloader
+workers and random augmentation; checkpoints are whole or absent; a
+truncated newest checkpoint is skipped and named."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, run_tool
+
+DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
+
+
+def _config(tmp_path, data_root, loop, workers=2):
+    """The demo on the tiny dataset (depth 4): dataloader workers, random
+    flip, drop path; 6 iterations in one pass (iteration loop) or 2 epochs
+    of 4 (epoch loop), checkpoints every 2 iterations."""
+    root = f'{data_root}/'
+    train_cfg = (
+        "dict(max_iters=6, val_interval=100)" if loop == 'iter' else
+        "dict(_delete_=True, type='xcit_dense.EpochBasedTrainLoop', "
+        "max_epochs=2, val_interval=100)")
+    path = tmp_path / f'{loop}.py'
+    path.write_text(f"""
+_base_ = '{DEMO}'
+model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3),
+                           drop_path_rate=0.1))
+train_dataloader = dict(batch_size=2, num_workers={workers},
+                        persistent_workers={workers > 0},
+                        dataset=dict(data_root='{root}'))
+val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root='{root}'))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file='{root}annotations/val.json')
+test_evaluator = val_evaluator
+train_cfg = {train_cfg}
+param_scheduler = [dict(type='LinearLR', start_factor=0.1, by_epoch=False,
+                        begin=0, end=3)]
+default_hooks = dict(logger=dict(interval=1),
+                     checkpoint=dict(by_epoch=False, interval=2,
+                                     max_keep_ckpts=10))
+log_processor = dict(by_epoch={loop == 'epoch'})
+""")
+    return path
+
+
+def _train(config, work, *args):
+    proc = run_tool('tools/train.py', config, '--work-dir', work, *args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def _interrupt(command, log, pattern, signum, pids=None):
+    """Start ``command``, send ``signum`` once its log matches ``pattern``
+    (to ``pids(process)`` if given), return its exit status and log."""
+    env = dict(os.environ, PYTHON=sys.executable)
+    with open(log, 'w') as out:
+        proc = subprocess.Popen(command, cwd=REPO, stdout=out,
+                                stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        deadline = time.time() + 300
+        while not re.search(pattern, log.read_text()):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.time() < deadline, 'the pattern never appeared'
+            time.sleep(0.1)
+        for pid in (pids(proc) if pids else [proc.pid]):
+            os.kill(pid, signum)
+        code = proc.wait(timeout=300)
+        if signum == signal.SIGKILL:  # its workers too
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return code, log.read_text()
+
+
+def _assert_same_state(a, b):
+    import xcit_dense  # noqa: F401  (allow-lists mmengine's types)
+    a = torch.load(a, weights_only=True)
+    b = torch.load(b, weights_only=True)
+    assert a['meta']['iter'] == b['meta']['iter']
+    assert a['state_dict'].keys() == b['state_dict'].keys()
+    for key, value in a['state_dict'].items():
+        assert torch.equal(value, b['state_dict'][key]), key
+    sa, sb = a['optimizer']['state'], b['optimizer']['state']
+    assert sa.keys() == sb.keys() and len(sa) > 0
+    for k in sa:
+        for name in ('exp_avg', 'exp_avg_sq'):
+            assert torch.equal(sa[k][name], sb[k][name]), (k, name)
+    assert a['param_schedulers'] == b['param_schedulers']
+    # the logged metrics of the last iteration
+    hub_a, hub_b = a['message_hub']['log_scalars'], b['message_hub'][
+        'log_scalars']
+    for key in ('train/loss', 'train/loss_mask', 'train/lr'):
+        assert hub_a[key].current() == hub_b[key].current(), key
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory, tiny_coco):
+    """Uninterrupted runs of both loops: config and work dir by loop."""
+    runs = {}
+    for loop in ('iter', 'epoch'):
+        tmp = tmp_path_factory.mktemp(f'uninterrupted_{loop}')
+        config = _config(tmp, tiny_coco, loop)
+        _train(config, tmp / 'work')
+        runs[loop] = config, tmp / 'work'
+    return runs
+
+
+def test_iteration_loop_sigkill_then_resume_is_exact(uninterrupted,
+                                                      tmp_path):
+    config, reference = uninterrupted['iter']
+    work = tmp_path / 'work'
+    # killed during iteration 5; checkpoints at 2 and 4
+    code, _ = _interrupt(
+        [sys.executable, 'tools/train.py', str(config), '--work-dir',
+         str(work)], tmp_path / 'killed.log', r'Iter\(train\) \[5/6\]',
+        signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    # and the newest checkpoint truncated, as a crash mid-write of a tool
+    # without atomic writes would leave it
+    newest = work / 'iter_4.pth'
+    newest.write_bytes(newest.read_bytes()[:1000])
+    log = _train(config, work, '--resume')
+    assert re.search(r'The newest checkpoint .*iter_4\.pth cannot be read '
+                     r'.*; resuming from .*iter_2\.pth, the newest complete '
+                     'one', log)
+    assert 'resumed epoch: 0, iter: 2' in log
+    _assert_same_state(reference / 'iter_6.pth', work / 'iter_6.pth')
+
+
+def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
+                                                               tmp_path):
+    config, reference = uninterrupted['epoch']
+    work = tmp_path / 'work'
+    train = [sys.executable, 'tools/train.py', str(config), '--work-dir',
+             str(work)]
+    # SIGTERM in epoch 1: a checkpoint of the iteration in flight, status 75
+    code, log = _interrupt(train, tmp_path / 'term.log',
+                           r'Epoch\(train\) \[1\]\[3/4\]', signal.SIGTERM)
+    assert code == 75, log[-3000:]
+    m = re.search(r'SIGTERM received: saved the state after iteration (\d+) '
+                  r'to (\S+) and stopping \(exit status 75\)', log)
+    assert m, log[-3000:]
+    done = int(m.group(1))
+    assert done in (3, 4)  # the iteration in flight when the signal came
+    assert (work / 'last_checkpoint').read_text().endswith(
+        f'iter_{done}.pth')
+    # resumed there, then killed in the middle of epoch 2 (after the
+    # checkpoint of iteration 6)
+    code, log = _interrupt(train + ['--resume'], tmp_path / 'killed.log',
+                           r'Epoch\(train\) \[2\]\[3/4\]', signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert f'resumed epoch: 0, iter: {done}' in log
+    log = _train(config, work, '--resume')
+    assert 'resumed epoch: 1, iter: 6' in log  # mid-epoch
+    _assert_same_state(reference / 'iter_8.pth', work / 'iter_8.pth')
+
+
+def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
+                                                        tmp_path):
+    # the GPU recipe's AMP and SyncBN, which a CPU cannot run
+    config = _config(tmp_path, tiny_coco, 'iter', workers=0)
+    with open(config, 'a') as f:
+        f.write("optim_wrapper = dict(type='AmpOptimWrapper')\n"
+                "sync_bn = 'torch'\n")
+    env = dict(PORT='29531')
+    proc = run_tool('tools/dist_train.sh', config, 2, '--work-dir',
+                    tmp_path / 'reference', env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count('No GPU: fp32 training') == 2  # one per process
+    assert 'BatchNorm instead of SyncBN' in out
+    assert 'Distributed launcher: pytorch' in out
+    assert 'GPU number: 2' in out  # mmengine's name for the world size
+    work = tmp_path / 'work'
+
+    def rank1(proc):  # the signal reaches one rank only
+        found, todo = [], [proc.pid]
+        while todo:  # the process tree under dist_train.sh
+            children = subprocess.run(['pgrep', '-P', str(todo.pop())],
+                                      capture_output=True, text=True)
+            for pid in map(int, children.stdout.split()):
+                with open(f'/proc/{pid}/environ', 'rb') as f:
+                    if b'\0RANK=1\0' in b'\0' + f.read():
+                        found.append(pid)  # not its dataloader workers
+                    else:
+                        todo.append(pid)
+        assert len(found) == 1, found
+        return found
+
+    code, log = _interrupt(
+        ['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
+         str(work)], tmp_path / 'term.log', r'Iter\(train\) \[3/6\]',
+        signal.SIGTERM, pids=rank1)
+    assert code != 0  # torchrun reports the workers' status 75
+    done = {int(n) for n in re.findall(
+        r'SIGTERM received: saved the state after iteration (\d+)', log)}
+    assert len(done) == 1, log[-3000:]  # both ranks stopped at the same one
+    done = done.pop()
+    assert re.search(r'exitcode\s*:\s*75', log), log[-2000:]
+    assert (work / f'iter_{done}.pth').is_file()
+    proc = run_tool('tools/dist_train.sh', config, 2, '--work-dir', work,
+                    '--resume', env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _assert_same_state(tmp_path / 'reference' / 'iter_6.pth',
+                       work / 'iter_6.pth')
+
+
+def test_atomic_writes_leave_the_old_file(tmp_path, monkeypatch):
+    from xcit_dense.training import AtomicLocalBackend
+    backend = AtomicLocalBackend()
+    path = tmp_path / 'iter_2.pth'
+    backend.put(b'complete', path)
+
+    def crash(src, dst):
+        raise KeyboardInterrupt  # killed between writing and renaming
+
+    monkeypatch.setattr(os, 'replace', crash)
+    with pytest.raises(KeyboardInterrupt):
+        backend.put(b'half', path)
+    assert path.read_bytes() == b'complete'
+    assert os.listdir(tmp_path) == ['iter_2.pth']  # no temporary left
+
+
+def test_required_hooks_added_to_any_config():
+    from mmengine.config import ConfigDict
+    from xcit_dense.launch import add_required_hooks
+    cfg = ConfigDict(custom_hooks=[dict(type='EMAHook')],
+                     default_hooks=dict(checkpoint=dict(interval=5)))
+    add_required_hooks(cfg)
+    assert [h['type'] for h in cfg.custom_hooks] == [
+        'EMAHook', 'xcit_dense.CheckpointImportHook',
+        'xcit_dense.PreemptionHook']
+    assert cfg.default_hooks.checkpoint.backend_args == dict(
+        backend='atomic_local')
+
+
+def test_slurm_script_asks_for_the_signal_and_requeues(tmp_path):
+    """tools/slurm_train.sh with stand-ins for srun and scontrol: srun gets
+    --signal=USR1@120 and --resume; status 75 inside a batch job requeues
+    it."""
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    (bin_dir / 'srun').write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path}/srun_args\nexit 75\n')
+    (bin_dir / 'scontrol').write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path}/scontrol_args\n')
+    for tool in ('srun', 'scontrol'):
+        (bin_dir / tool).chmod(0o755)
+    env = dict(PATH=f'{bin_dir}:{os.environ["PATH"]}', SLURM_JOB_ID='4242',
+               GPUS='2', GPUS_PER_NODE='2')
+    proc = run_tool('tools/slurm_train.sh', 'gpu', 'xcit', 'cfg.py', 'work',
+                    env=env)
+    assert proc.returncode == 75
+    srun = (tmp_path / 'srun_args').read_text()
+    assert '--signal=USR1@120' in srun
+    assert re.search(r'tools/train\.py cfg\.py --work-dir=work --resume '
+                     r'--launcher=slurm', srun), srun
+    assert (tmp_path / 'scontrol_args').read_text().split() == [
+        'requeue', '4242']

@@ -1,0 +1,156 @@
+"""mmengine's training loops, resumable at any iteration to the same result.
+
+What the uninterrupted run computes after iteration ``k`` depends on the
+model's state (checkpointed by mmengine), the data it loads next and the
+random numbers it draws. These loops make the last two a function of the
+position in the run (:mod:`.seeding`):
+
+* data: the dataloader is built with :class:`~.sampling.SeededSamples` and
+  :class:`~.sampling.ResumableBatchSampler` (augmentation seeded per sample;
+  a resumed run skips the batches already trained on without loading them,
+  also in the middle of an epoch);
+* the model's random numbers (dropout, drop path, the detector's samplers):
+  the process's streams are seeded from the run's seed, the rank and the
+  iteration before each iteration.
+
+Mid-epoch checkpoints (``by_epoch=False``, or a pre-emption checkpoint)
+resume in the middle of the epoch. Use them as
+``train_cfg = dict(type='xcit_dense.IterBasedTrainLoop', ...)`` or
+``dict(type='xcit_dense.EpochBasedTrainLoop', ...)``; the arguments are
+mmengine's.
+"""
+import copy
+from mmengine.dataset import InfiniteSampler as MMEngineInfiniteSampler
+from mmengine.registry import DATASETS
+from mmengine.runner import EpochBasedTrainLoop as MMEngineEpochLoop
+from mmengine.runner import IterBasedTrainLoop as MMEngineIterLoop
+from mmengine.dist import get_rank
+
+from ..registry import DATA_SAMPLERS, LOOPS
+from .sampling import SeededSamples
+from .seeding import ITERATION, position_seed, seed_everything
+
+
+@DATA_SAMPLERS.register_module()
+class InfiniteSampler(MMEngineInfiniteSampler):
+    """mmengine's ``InfiniteSampler`` whose every iteration starts from the
+    beginning of its (seeded) index stream, as ``DefaultSampler`` does per
+    epoch; mmengine's continues where an earlier iterator stopped, so the
+    data order would depend on how many iterators were made."""
+
+    def __iter__(self):
+        yield from self._indices_of_rank()
+
+
+def resumable_dataloader(runner, dataloader):
+    """The dataloader config with seeded samples and resumable batches."""
+    if not isinstance(dataloader, dict):
+        raise TypeError(
+            'The resumable training loops build their dataloader from a '
+            f'config dict; got {type(dataloader).__name__}.')
+    cfg = copy.deepcopy(dataloader)
+    dataset = cfg['dataset']
+    if isinstance(dataset, dict):
+        dataset = DATASETS.build(dataset)
+        if hasattr(dataset, 'full_init'):
+            dataset.full_init()
+    cfg['dataset'] = SeededSamples(dataset)
+    sampler = cfg.get('sampler') or {}
+    if str(sampler.get('type', '')).split('.')[-1] == 'InfiniteSampler':
+        cfg['sampler'] = dict(sampler, type='xcit_dense.InfiniteSampler')
+    cfg['batch_sampler'] = dict(
+        type='xcit_dense.ResumableBatchSampler',
+        batch_sampler=cfg.get('batch_sampler'),
+        drop_last=cfg.pop('drop_last', False),
+        seed=runner.seed or 0, rank=get_rank())
+    return cfg
+
+
+class _Resumable:
+    """What both loops share: each iteration seeded by its position."""
+
+    def _seed_iteration(self) -> None:
+        seed_everything(position_seed(self.runner.seed or 0, get_rank(),
+                                      ITERATION, self._iter))
+
+
+@LOOPS.register_module()
+class IterBasedTrainLoop(_Resumable, MMEngineIterLoop):
+    """mmengine's ``IterBasedTrainLoop``, resumable at any iteration to the
+    same result (see the module)."""
+
+    def __init__(self, runner, dataloader, max_iters: int, **kwargs):
+        super().__init__(runner, resumable_dataloader(runner, dataloader),
+                         max_iters, **kwargs)
+
+    def run(self):
+        self.runner.call_hook('before_train')
+        self.runner.call_hook('before_train_epoch')
+        # A fresh iterator, so that the data order starts from the beginning
+        # of the sampler's stream; a resumed run skips what was trained.
+        self.dataloader.batch_sampler.skip(self._iter)
+        self.dataloader_iterator = type(self.dataloader_iterator)(
+            self.dataloader)
+        for _ in range(self._iter):
+            next(self.dataloader_iterator)
+        while self._iter < self._max_iters and not self.stop_training:
+            self.runner.model.train()
+            data_batch = next(self.dataloader_iterator)
+            self._seed_iteration()
+            self.run_iter(data_batch)
+            self._decide_current_val_interval()
+            if (self.runner.val_loop is not None
+                    and self._iter >= self.val_begin
+                    and (self._iter % self.val_interval == 0
+                         or self._iter == self._max_iters)):
+                self.runner.val_loop.run()
+        self.runner.call_hook('after_train_epoch')
+        self.runner.call_hook('after_train')
+        return self.runner.model
+
+
+@LOOPS.register_module()
+class EpochBasedTrainLoop(_Resumable, MMEngineEpochLoop):
+    """mmengine's ``EpochBasedTrainLoop``, resumable at any iteration, also
+    in the middle of an epoch, to the same result (see the module). A stop
+    requested during an epoch (``stop_training``, e.g. on a pre-emption
+    signal) takes effect after the iteration in flight."""
+
+    def __init__(self, runner, dataloader, max_epochs: int, **kwargs):
+        super().__init__(runner, resumable_dataloader(runner, dataloader),
+                         max_epochs, **kwargs)
+
+    def run(self):
+        self.runner.call_hook('before_train')
+        while self._epoch < self._max_epochs and not self.stop_training:
+            if not self.run_epoch():
+                break
+            self._decide_current_val_interval()
+            if (self.runner.val_loop is not None
+                    and self._epoch >= self.val_begin
+                    and (self._epoch % self.val_interval == 0
+                         or self._epoch == self._max_epochs)):
+                self.runner.val_loop.run()
+        self.runner.call_hook('after_train')
+        return self.runner.model
+
+    def run_epoch(self) -> bool:
+        """Iterate (the rest of) one epoch; False if stopped within it."""
+        self.runner.call_hook('before_train_epoch')
+        self.runner.model.train()
+        batches = self.dataloader.batch_sampler
+        batches.set_epoch(self._epoch)
+        done = self._iter - self._epoch * len(self.dataloader)
+        batches.skip(done)
+        iterator = iter(self.dataloader)
+        for _ in range(done):
+            next(iterator)
+        for idx in range(done, len(self.dataloader)):
+            data_batch = next(iterator)
+            self._seed_iteration()
+            self.run_iter(idx, data_batch)
+            if self.stop_training:
+                return False
+        self.runner.call_hook('after_train_epoch')
+        self._epoch += 1
+        return True

@@ -5,7 +5,7 @@ import argparse
 import os
 import os.path as osp
 import sys
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Mapping, Optional, Tuple
 
 import torch
 from mmengine.config import Config, ConfigDict, DictAction
@@ -154,9 +154,10 @@ def check_backbone(cfg) -> None:
         raise UserError(f'Bad backbone in the config (model.backbone): {e}')
 
 
-def check_checkpoint(path: str, what: str) -> str:
-    """Check the checkpoint at ``path`` (a file or an http(s) URL, downloaded
-    once into torch's hub cache) and return its local path."""
+def read_checked(path: str, what: str) -> Tuple[str, Mapping]:
+    """The local path of the checkpoint at ``path`` (a file or an http(s)
+    URL, downloaded once into torch's hub cache) and its contents; a missing
+    or unreadable one is a :class:`UserError` naming ``what`` it is."""
     hint = (' Pass a local file or an http(s) URL, e.g. --cfg-options '
             'model.backbone.init_cfg.checkpoint=PATH_OR_URL.'
             if 'pretrained' in what else '')
@@ -164,10 +165,15 @@ def check_checkpoint(path: str, what: str) -> str:
         raise UserError(f'The {what} does not exist: {path}.{hint}')
     try:
         local = local_checkpoint(path)
-        read_checkpoint(local)
+        return local, read_checkpoint(local)
     except CheckpointError as e:
         raise UserError(f'The {what} cannot be used: {e}')
-    return local
+
+
+def check_checkpoint(path: str, what: str) -> str:
+    """Check the checkpoint at ``path`` (see :func:`read_checked`) and
+    return its local path."""
+    return read_checked(path, what)[0]
 
 
 def check_inputs(cfg, training: bool) -> None:
@@ -188,9 +194,8 @@ def check_inputs(cfg, training: bool) -> None:
         if cfg.get('load_from'):
             what = ('checkpoint to resume from' if cfg.get('resume') else
                     'checkpoint to start from (load_from)')
-            cfg.load_from = check_checkpoint(cfg.load_from, what)
-            if cfg.get('resume') and is_published(
-                    read_checkpoint(cfg.load_from)):
+            cfg.load_from, checkpoint = read_checked(cfg.load_from, what)
+            if cfg.get('resume') and is_published(checkpoint):
                 raise UserError(
                     f'Cannot resume from {cfg.load_from}: it is a published '
                     'XCiT checkpoint (mmdet 2 / mmseg 0 layout) with no '

@@ -1,6 +1,9 @@
 """Runner hooks of the ``xcit_dense`` scope."""
 import os.path as osp
+import signal as signals
 
+import torch
+import torch.distributed as dist
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
@@ -8,6 +11,7 @@ from .checkpoint.published import (check_model_weights, convert_published,
                                    is_published)
 from .errors import CheckpointError
 from .registry import HOOKS
+from .training import AtomicLocalBackend
 
 
 @HOOKS.register_module()
@@ -93,7 +97,6 @@ class PreemptionHook(Hook):
     priority = 'LOWEST'  # after the iteration's other hooks and checkpoint
 
     def __init__(self, signal: str = 'SIGUSR1'):
-        import signal as signals
         names = {'SIGTERM', 'SIGINT', signal}
         unknown = [n for n in names if not hasattr(signals, str(n))]
         if unknown:
@@ -104,29 +107,22 @@ class PreemptionHook(Hook):
         self._previous = {}
 
     def _note(self, signum, frame):
-        import signal as signals
         self.received = signum
         if signum == signals.SIGINT:  # a second Ctrl-C interrupts at once
             signals.signal(signals.SIGINT, self._previous.get(
                 signals.SIGINT, signals.default_int_handler))
 
     def before_train(self, runner) -> None:
-        import signal as signals
         for signum in self.signals:
             self._previous[signum] = signals.signal(signum, self._note)
 
     def after_train(self, runner) -> None:
-        import signal as signals
         for signum, handler in self._previous.items():
             signals.signal(signum, handler)
         self._previous.clear()
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None) -> None:
-        import signal as signals
-
-        import torch
-        import torch.distributed as dist
         received = self.received or 0
         if dist.is_available() and dist.is_initialized():
             flag = torch.tensor([received], dtype=torch.int64)
@@ -142,7 +138,6 @@ class PreemptionHook(Hook):
             backend_args=dict(backend='atomic_local'))
         path = osp.join(runner.work_dir, filename)
         if runner.rank == 0:
-            from .training import AtomicLocalBackend
             AtomicLocalBackend().put_text(
                 path, osp.join(runner.work_dir, 'last_checkpoint'))
         if dist.is_available() and dist.is_initialized():

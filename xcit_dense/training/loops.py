@@ -21,10 +21,10 @@ mmengine's.
 """
 import copy
 from mmengine.dataset import InfiniteSampler as MMEngineInfiniteSampler
+from mmengine.dist import get_rank
 from mmengine.registry import DATASETS
 from mmengine.runner import EpochBasedTrainLoop as MMEngineEpochLoop
 from mmengine.runner import IterBasedTrainLoop as MMEngineIterLoop
-from mmengine.dist import get_rank
 
 from ..registry import DATA_SAMPLERS, LOOPS
 from .sampling import SeededSamples

@@ -63,7 +63,8 @@ setup(
     packages=find_packages(include=['xcit_dense', 'xcit_dense.*']),
     include_package_data=True,  # xcit_dense/.mim, see MANIFEST.in
     install_requires=requirements('runtime.txt'),
-    extras_require={'tests': requirements('tests.txt')},
+    extras_require={'tests': requirements('tests.txt'),
+                    'deploy': requirements('deploy.txt')},
     license='Apache-2.0',
     classifiers=[
         'Programming Language :: Python :: 3',

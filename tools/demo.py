@@ -9,17 +9,14 @@ import argparse
 import os
 import os.path as osp
 import sys
-import warnings
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
-from xcit_dense.checkpoint.published import \
-    load_model_checkpoint  # noqa: E402
 from xcit_dense.launch import (UserError, check_checkpoint,  # noqa: E402
-                               load_config, run_cli)
+                               init_inference_model, load_config, run_cli)
 
 
 def parse_args():
@@ -40,38 +37,18 @@ def parse_args():
     return parser.parse_args()
 
 
-def load_model(init, cfg, checkpoint, device):
-    """The toolkit's ``init_*`` model, with the weights of ``checkpoint``
-    (ours or published) loaded strictly; class names and palette from the
-    checkpoint, else from the config's test dataset."""
-    with warnings.catch_warnings():  # "checkpoint is None": loaded below
-        warnings.simplefilter('ignore')
-        model = init(cfg, None, device='cpu')
-    dataset_meta = load_model_checkpoint(model, checkpoint)
-    if not dataset_meta.get('classes'):
-        dataset = cfg.get('test_dataloader', {}).get('dataset', {})
-        if dataset.get('metainfo', {}).get('classes'):
-            dataset_meta = dict(dataset.metainfo)
-        else:
-            dataset_meta = dict(getattr(model, 'dataset_meta', None) or {})
-    model.dataset_meta = dataset_meta
-    return model.to(device).eval()
-
-
 def main():
     args = parse_args()
     if not osp.isfile(args.image):
         raise UserError(f'Image not found: {args.image}')
     cfg = load_config(args.config, args.cfg_options)
     checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
-    if cfg.model.get('backbone', {}).get('init_cfg'):
-        cfg.model.backbone.init_cfg = None  # weights come from CHECKPOINT
     image = mmcv.imread(args.image, channel_order='rgb')
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     if cfg.default_scope == 'mmdet':
-        from mmdet.apis import inference_detector, init_detector
+        from mmdet.apis import inference_detector
         from mmdet.registry import VISUALIZERS
-        model = load_model(init_detector, cfg, checkpoint, args.device)
+        model = init_inference_model(cfg, checkpoint, args.device)
         result = inference_detector(model, args.image)
         visualizer = VISUALIZERS.build(model.cfg.visualizer)
         visualizer.dataset_meta = model.dataset_meta
@@ -82,9 +59,9 @@ def main():
         print(f'{n} objects with score >= {args.score_thr} drawn to '
               f'{args.out}')
     else:
-        from mmseg.apis import inference_model, init_model
+        from mmseg.apis import inference_model
         from mmseg.registry import VISUALIZERS
-        model = load_model(init_model, cfg, checkpoint, args.device)
+        model = init_inference_model(cfg, checkpoint, args.device)
         result = inference_model(model, args.image)
         visualizer = VISUALIZERS.build(model.cfg.visualizer)
         visualizer.dataset_meta = model.dataset_meta

@@ -15,9 +15,9 @@ STAMP="$VENV/.xcit-dense-stack"
 PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)
 
-fingerprint=$(cat "$CONSTRAINTS" requirements/runtime.txt requirements/tests.txt setup.py | sha256sum | cut -c1-16)
+fingerprint=$(cat "$CONSTRAINTS" requirements/runtime.txt requirements/tests.txt requirements/deploy.txt setup.py | sha256sum | cut -c1-16)
 if [ -x "$PY" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$fingerprint" ] \
-   && "$PY" -c 'import mmcv.ops, mmdet, mmseg, timm, xcit_dense' 2>/dev/null; then
+   && "$PY" -c 'import mmcv.ops, mmdet, mmseg, timm, xcit_dense, onnxruntime' 2>/dev/null; then
   exit 0
 fi
 
@@ -41,8 +41,9 @@ if ! "$PY" -c 'import mmcv.ops' 2>/dev/null; then
   fi
 fi
 
-log "installing mmengine, mmdet, mmsegmentation, timm and the test tools"
-"${PIP[@]}" install -q -c "$CONSTRAINTS" -r requirements/runtime.txt -r requirements/tests.txt
+log "installing mmengine, mmdet, mmsegmentation, timm, the test tools and the deploy extra (onnx, onnxruntime, openvino)"
+"${PIP[@]}" install -q -c "$CONSTRAINTS" -r requirements/runtime.txt -r requirements/tests.txt \
+  -r requirements/deploy.txt
 "${PIP[@]}" install -q -c "$CONSTRAINTS" --no-deps --no-build-isolation -e .
 "$PY" -c 'import mmcv.ops, mmdet, mmseg, timm, xcit_dense'
 echo "$fingerprint" > "$STAMP"

@@ -12,3 +12,7 @@ class CheckpointError(ValueError):
 
 class DataError(ValueError):
     """A data file that does not fit the dataset's definition."""
+
+
+class ExportError(Exception):
+    """An export that failed or that does not reproduce the model."""

@@ -12,7 +12,7 @@ from mmengine.config import Config, ConfigDict, DictAction
 
 from .checkpoint import is_url, local_checkpoint, read_checkpoint
 from .checkpoint.published import is_published
-from .errors import CheckpointError, DataError, UserError
+from .errors import CheckpointError, DataError, ExportError, UserError
 
 
 def fail(error: BaseException) -> None:
@@ -330,11 +330,48 @@ def build_runner(cfg):
         RUNNERS.build(cfg)
 
 
+def init_inference_model(cfg, checkpoint: Optional[str],
+                         device: str = 'cpu'):
+    """The config's detector or segmentor as mmdet's ``init_detector`` /
+    mmseg's ``init_model`` build it, in eval mode on ``device``, with the
+    weights of ``checkpoint`` (a local file: ours or published) loaded
+    strictly, or the config's own initialisation when it is ``None``. Class
+    names and palette come from the checkpoint, else from the config's test
+    dataset."""
+    import warnings
+
+    from .checkpoint.published import load_model_checkpoint
+    scope = cfg.get('default_scope')
+    if scope == 'mmdet':
+        from mmdet.apis import init_detector as init
+    elif scope == 'mmseg':
+        from mmseg.apis import init_model as init
+    else:
+        raise UserError(f'The config has default_scope={scope!r}; tools of '
+                        'this project take mmdet or mmseg configs.')
+    backbone = cfg.model.get('backbone') or {}
+    if checkpoint is not None and backbone.get('init_cfg'):
+        backbone.init_cfg = None  # the weights come from the checkpoint
+    with warnings.catch_warnings():  # "checkpoint is None": loaded below
+        warnings.simplefilter('ignore')
+        model = init(cfg, None, device='cpu')
+    dataset_meta = load_model_checkpoint(model, checkpoint) \
+        if checkpoint is not None else {}
+    if not dataset_meta.get('classes'):
+        dataset = cfg.get('test_dataloader', {}).get('dataset', {})
+        if dataset.get('metainfo', {}).get('classes'):
+            dataset_meta = dict(dataset.metainfo)
+        else:
+            dataset_meta = dict(getattr(model, 'dataset_meta', None) or {})
+    model.dataset_meta = dataset_meta
+    return model.to(device).eval()
+
+
 def run_cli(main) -> None:
     """Run a tool's ``main``; bad input ends it with one paragraph."""
     try:
         main()
-    except (UserError, CheckpointError, DataError) as e:
+    except (UserError, CheckpointError, DataError, ExportError) as e:
         fail(e)
 
 
@@ -351,6 +388,6 @@ __all__ = [
     'UserError', 'add_required_hooks', 'add_run_arguments',
     'checkpoint_to_resume', 'adapt_to_machine', 'build_runner',
     'check_checkpoint', 'check_inputs', 'config_from_args', 'fail',
-    'finish_distributed', 'load_config', 'maybe_init_cpu_distributed',
+    'finish_distributed', 'init_inference_model', 'load_config', 'maybe_init_cpu_distributed',
     'run_cli'
 ]

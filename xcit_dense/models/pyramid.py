@@ -112,5 +112,9 @@ def make_resampler(dim: int, scale: float, norm_cfg: dict) -> nn.Module:
 def crop(y: torch.Tensor, H: int, W: int, stride: int) -> torch.Tensor:
     """Pyramid level of an ``H x W`` image at ``stride``: up-sampled maps
     of a size that is not a multiple of the patch cover a little more than
-    the image; keep ``ceil(H / stride) x ceil(W / stride)``."""
-    return y[..., :-(-H // stride), :-(-W // stride)]
+    the image; keep ``ceil(H / stride) x ceil(W / stride)``.
+
+    Written with non-negative operands only: ONNX exporters translate an
+    integer floor division into ONNX ``Div``, which truncates, and
+    ``-(-H // s)`` would become ``floor(H / s)`` in an exported graph."""
+    return y[..., :(H + stride - 1) // stride, :(W + stride - 1) // stride]

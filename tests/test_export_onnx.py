@@ -1,0 +1,249 @@
+"""ONNX export (tools/export_onnx.py, xcit_dense.deploy): verified exports of
+a tiny backbone, a tiny UperNet and a tiny Semantic FPN, parity with the
+models as mmseg and the fast path run them, and what fails."""
+import runpy
+import sys
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn as nn
+
+from xcit_dense import XCiT
+from xcit_dense.deploy import (ExportError, FeatureGraph, SegmentorGraph,
+                               export_onnx, verify_onnx)
+from xcit_dense.deploy.onnx_export import (example_input, onnxruntime_session,
+                                           verification_sizes)
+
+from conftest import REPO
+
+TINY = dict(arch=None, patch_size=16, embed_dim=32, depth=4, num_heads=4,
+            eta=1.0, out_indices=[0, 1, 2, 3])
+UPERNET = f"""
+_base_ = r'{REPO}/configs/ade20k/demo_upernet_xcit_nano_synthetic.py'
+model = dict(
+    backbone=dict({', '.join(f'{k}={v!r}' for k, v in TINY.items())}),
+    decode_head=dict(in_channels=[32] * 4, channels=16),
+    auxiliary_head=dict(in_channels=32, channels=16))
+"""
+SEM_FPN = f"""
+_base_ = r'{REPO}/configs/ade20k/sem_fpn_xcit_t12_p16_80k_ade20k.py'
+norm_cfg = dict(type='BN', requires_grad=True)
+model = dict(
+    backbone=dict({', '.join(f'{k}={v!r}' for k, v in TINY.items())},
+                  init_cfg=None),
+    neck=dict(in_channels=[32] * 4, out_channels=16),
+    decode_head=dict(in_channels=[16] * 4, channels=16, num_classes=5,
+                     norm_cfg=norm_cfg))
+"""
+
+
+class Holder(nn.Module):
+    """What FeatureGraph needs of a detector / segmentor: ``backbone``."""
+
+    def __init__(self, backbone):
+        super().__init__()
+        self.backbone = backbone
+
+
+def randomise_norms(model):
+    gen = torch.Generator().manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=gen))
+            m.running_var.uniform_(0.5, 2.0, generator=gen)
+    return model
+
+
+def build(config_text, tmp_path, name):
+    from mmengine.config import Config
+
+    from xcit_dense.launch import init_inference_model
+    path = tmp_path / f'{name}.py'
+    path.write_text(config_text)
+    cfg = Config.fromfile(str(path))
+    torch.manual_seed(0)
+    return path, randomise_norms(init_inference_model(cfg, None))
+
+
+def run_export_tool(*args):
+    """tools/export_onnx.py in this process; its exit status (0 when it
+    returned)."""
+    argv = sys.argv
+    sys.argv = ['export_onnx.py', *map(str, args)]
+    try:
+        runpy.run_path(str(REPO / 'tools/export_onnx.py'),
+                       run_name='__main__')
+        return 0
+    except SystemExit as e:
+        return e.code
+    finally:
+        sys.argv = argv
+
+
+@pytest.fixture(scope='module')
+def backbone_onnx(tmp_path_factory):
+    torch.manual_seed(0)
+    model = Holder(randomise_norms(XCiT(**TINY).eval()))
+    path = tmp_path_factory.mktemp('onnx') / 'backbone.onnx'
+    rows = export_onnx(FeatureGraph(model, with_neck=False), str(path),
+                       batch=1, height=64, width=96, dynamic=True)
+    return model, path, rows
+
+
+def test_dynamic_backbone_verified_at_three_sizes(backbone_onnx):
+    model, path, rows = backbone_onnx
+    assert verification_sizes(64, 96, True) == [(64, 96), (49, 73), (32, 32)]
+    assert {r['size'] for r in rows} == {(64, 96), (49, 73), (32, 32)}
+    assert len(rows) == 3 * 4 and max(r['max_rel_diff'] for r in rows) < 1e-5
+    graph = onnx.load(str(path)).graph
+    assert [o.name for o in graph.output] == ['feat0', 'feat1', 'feat2',
+                                              'feat3']
+    assert not list(path.parent.glob('.unverified-*'))
+
+
+def test_dynamic_backbone_matches_the_fast_path_at_odd_sizes(backbone_onnx):
+    """At sizes not checked by the export, the file reproduces the backbone
+    as it runs by default (fast path on), with exact ceil(H/s) levels."""
+    model, path, _ = backbone_onnx
+    session = onnxruntime_session(str(path))
+    for h, w in ((45, 77), (130, 33)):
+        x = torch.randn(1, 3, h, w)
+        with torch.no_grad():
+            refs = model.backbone(x)
+        outs = session.run(None, {'input': x.numpy()})
+        for s, ref, out in zip((4, 8, 16, 32), refs, outs):
+            assert out.shape == (1, 32, -(-h // s), -(-w // s))
+            assert np.abs(out - ref.numpy()).max() <= \
+                1e-4 * ref.abs().max().item()
+
+
+def test_wrong_output_order_is_caught(backbone_onnx, tmp_path):
+    model, path, _ = backbone_onnx
+    proto = onnx.load(str(path))
+    outputs = list(proto.graph.output)
+    del proto.graph.output[:]
+    proto.graph.output.extend(outputs[::-1])
+    broken = tmp_path / 'reversed.onnx'
+    onnx.save(proto, str(broken))
+    with pytest.raises(ExportError, match='output feat3 has shape'):
+        verify_onnx(str(broken), FeatureGraph(model, with_neck=False), 1,
+                    [(64, 96)], log=lambda _: None)
+
+
+class ExportsSomethingElse(FeatureGraph):
+    """Computes differently while exported: the verification must fail."""
+
+    def forward(self, inputs):
+        feats = super().forward(inputs)
+        if torch.compiler.is_exporting():
+            feats = (feats[0] * 1.01, ) + feats[1:]
+        return feats
+
+
+def test_an_export_that_differs_leaves_no_file(tmp_path):
+    torch.manual_seed(0)
+    graph = ExportsSomethingElse(Holder(XCiT(**TINY).eval()), False)
+    out = tmp_path / 'differs.onnx'
+    with pytest.raises(ExportError, match=r'output feat0 differs .* at most '
+                       r'0.0001 of the largest value'):
+        export_onnx(graph, str(out), 1, 64, 64, log=lambda _: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_upernet_export_predicts_what_mmseg_predicts(tmp_path, capsys):
+    """The CLI with a checkpoint: strict loading, verification, and labels
+    equal to mmseg's own prediction (data preprocessor, whole inference)
+    for a real image."""
+    config, model = build(UPERNET, tmp_path, 'upernet')
+    checkpoint = tmp_path / 'upernet.pth'
+    torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
+    out = tmp_path / 'upernet.onnx'
+    assert run_export_tool(config, checkpoint, '--out', out, '--shape', 64,
+                           96) == 0
+    assert 'verified with onnxruntime at 64x96' in capsys.readouterr().out
+
+    image = torch.randint(0, 256, (3, 64, 96), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(5))
+    from mmseg.structures import SegDataSample
+    sample = SegDataSample(metainfo=dict(ori_shape=(64, 96),
+                                         img_shape=(64, 96)))
+    with torch.no_grad():
+        pred = model.test_step(dict(inputs=[image], data_samples=[sample]))
+    logits, labels = onnxruntime_session(str(out)).run(
+        None, {'input': image[None].float().numpy()})
+    assert labels.dtype == np.int64
+    assert np.array_equal(labels[0], pred[0].pred_sem_seg.data[0].numpy())
+    ref = pred[0].seg_logits.data.numpy()
+    assert np.abs(logits[0] - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize('config, message', [
+    (UPERNET, r'psp_modules.1.0 \(adaptive average pooling to 2\)'),
+    (SEM_FPN, r'scale_heads.1.1 \(mmseg Upsample: int\(h \* scale_factor'),
+])
+def test_dynamic_segmentors_are_refused_and_say_why(config, message,
+                                                    tmp_path):
+    _, model = build(config, tmp_path, 'segmentor')
+    out = tmp_path / 'dynamic.onnx'
+    with pytest.raises(ExportError, match=message + r'.*--shape H W'):
+        export_onnx(SegmentorGraph(model), str(out), 1, 64, 64, dynamic=True)
+    assert list(tmp_path.glob('*.onnx')) == []
+
+
+def test_semantic_fpn_fixed_size(tmp_path):
+    """Without --dynamic: verified at its size, labels of mmseg."""
+    _, model = build(SEM_FPN, tmp_path, 'sem_fpn')
+    out = tmp_path / 'sem_fpn.onnx'
+    rows = export_onnx(SegmentorGraph(model), str(out), 1, 57, 83,
+                       log=lambda _: None)
+    assert [(r['size'], r['output']) for r in rows] == [
+        ((57, 83), 'seg_logits'), ((57, 83), 'seg_labels')]
+    image = example_input(SegmentorGraph(model), 1, 57, 83, seed=9)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        data = model.data_preprocessor(dict(inputs=[image[0].byte()]))
+        metas = [dict(img_shape=(57, 83), ori_shape=(57, 83))]
+        ref = model.inference(data['inputs'], metas).argmax(1)
+    _, labels = onnxruntime_session(str(out)).run(
+        None, {'input': image.numpy()})
+    assert np.array_equal(labels, ref.numpy())
+
+
+class FixesTheSize(FeatureGraph):
+    """Computes with the input size as a Python number."""
+
+    def forward(self, inputs):
+        feats = super().forward(inputs)
+        h = int(inputs.shape[-2] * 1.5) / 1.5
+        return (feats[0] * (h / 64), ) + feats[1:]
+
+
+def test_dynamic_export_that_fixes_a_size_is_caught(tmp_path):
+    torch.manual_seed(0)
+    graph = FixesTheSize(Holder(XCiT(**TINY).eval()), False)
+    with pytest.raises(ExportError, match=r'at 49x73 its output feat0 '
+                       r'differs.*It matched at 64x96'):
+        export_onnx(graph, str(tmp_path / 'fixed.onnx'), 1, 64, 96,
+                    dynamic=True, log=lambda _: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize('args, message', [
+    (('configs/coco/nope.py', '--out', 'x.onnx'), 'Config file not found'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', 'missing.pth',
+      '--out', 'x.onnx'), 'The checkpoint does not exist: missing.pth'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'x.pt'), '--out must name an .onnx file'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--shape', '16', '64'), '--shape must be at least 32 32'),
+])
+def test_bad_input_is_one_paragraph(args, message, capsys, tmp_path,
+                                    monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert run_export_tool(*args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith('error: ') and message in err
+    assert 'Traceback' not in err and err.count('\n') == 1

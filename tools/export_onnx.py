@@ -1,0 +1,101 @@
+"""Export an XCiT detector's or segmentor's graph to ONNX, verified.
+
+    python tools/export_onnx.py CONFIG [CHECKPOINT] --out FILE \\
+        [--shape H W] [--backbone-only] [--dynamic]
+
+What is exported (see xcit_dense/deploy/graphs.py):
+  mmseg configs   the whole segmentor: image (N, 3, H, W) pixel values as
+                  LoadImageFromFile gives them (BGR, 0-255) in; seg_logits
+                  (N, classes, H, W) and seg_labels (N, H, W) out, as mmseg
+                  predicts them for an unpadded image;
+  mmdet configs   the backbone and neck (Mask R-CNN's FPN levels), on the
+                  normalised input of the data preprocessor; the RoI heads
+                  and NMS are not exported;
+  --backbone-only the XCiT pyramid (4 maps, strides 4-32), normalised input.
+
+The graph is traced from the modules' straightforward computation (the same
+``fast_path(False)`` switch the tests use). Before the file is written under
+its name, onnxruntime must reproduce PyTorch on the export size and, with
+--dynamic, on two more sizes (one odd): largest difference at most 1e-4 of
+the largest value, labels equal. Without CHECKPOINT the weights are the
+config's initialisation (random), e.g. to measure speed.
+"""
+import argparse
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+from mmengine.config import DictAction  # noqa: E402
+
+from xcit_dense.deploy import (check_requirements, export_onnx,  # noqa: E402
+                               graph_for)
+from xcit_dense.launch import (UserError, check_checkpoint,  # noqa: E402
+                               init_inference_model, load_config, run_cli)
+
+DEFAULT_SHAPE = {'mmdet': (800, 1344), 'mmseg': (512, 512)}
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split('\n\n', 2)[2])
+    parser.add_argument('config', help='config file or model name')
+    parser.add_argument(
+        'checkpoint', nargs='?', help='checkpoint file or http(s) URL (ours, '
+        'or a published XCiT detector / segmentor); none: the config\'s '
+        'initialisation')
+    parser.add_argument('--out', required=True, help='ONNX file to write')
+    parser.add_argument(
+        '--shape', type=int, nargs=2, metavar=('H', 'W'),
+        help='input height and width (default: 800 1344 for mmdet configs, '
+        'the crop size or 512 512 for mmseg configs)')
+    parser.add_argument('--batch', type=int, default=1,
+                        help='images per call (fixed in the graph)')
+    parser.add_argument('--backbone-only', action='store_true',
+                        help='export the backbone\'s pyramid alone')
+    parser.add_argument('--dynamic', action='store_true',
+                        help='free input height and width')
+    parser.add_argument('--opset', type=int, default=18,
+                        help='ONNX opset version')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        default={}, help='override settings in the config')
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    cfg = load_config(args.config, args.cfg_options)
+    scope = cfg.get('default_scope')
+    if scope not in DEFAULT_SHAPE:
+        raise UserError(f'The config has default_scope={scope!r}; '
+                        'export_onnx.py takes mmdet or mmseg configs.')
+    if not args.out.endswith('.onnx'):
+        raise UserError(f'--out must name an .onnx file, got {args.out}')
+    height, width = args.shape or tuple(cfg.get('crop_size', None) or
+                                        DEFAULT_SHAPE[scope])
+    if min(height, width) < 32 or args.batch < 1:
+        raise UserError(f'--shape must be at least 32 32 and --batch at '
+                        f'least 1, got --shape {height} {width} --batch '
+                        f'{args.batch}.')
+    checkpoint = None
+    if args.checkpoint is not None:
+        checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
+    else:
+        print('no checkpoint given: exporting the config\'s initial '
+              '(random) weights')
+    check_requirements()
+    model = init_inference_model(cfg, checkpoint)
+    graph = graph_for(model, scope, args.backbone_only)
+    rows = export_onnx(graph, args.out, args.batch, height, width,
+                       dynamic=args.dynamic, opset=args.opset)
+    worst = max(r.get('max_rel_diff', 0.) for r in rows)
+    sizes = ', '.join(dict.fromkeys(f'{h}x{w}' for h, w in
+                                    (r['size'] for r in rows)))
+    print(f'verified with onnxruntime at {sizes}: largest difference '
+          f'{worst:.1e} of the largest value; wrote {args.out}')
+
+
+if __name__ == '__main__':
+    run_cli(main)

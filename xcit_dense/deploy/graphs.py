@@ -1,0 +1,133 @@
+"""What is exported: modules whose ``forward`` calls the model's own methods
+(no copy of the model), so the graph computes what mmdet / mmseg compute.
+
+* :class:`FeatureGraph`: the backbone's pyramid, or the backbone and neck
+  (``model.extract_feat``), on the model's input (the data preprocessor's
+  output: normalised, channel order converted).
+* :class:`SegmentorGraph`: a whole semantic segmentor, image in (the pixel
+  values ``LoadImageFromFile`` gives, channels first), per-pixel class
+  logits and labels out at the image's size, as mmseg's
+  ``EncoderDecoder.predict`` computes them for an unpadded image.
+"""
+from typing import List, Tuple
+
+import torch
+import torch.nn as nn
+
+from ..errors import UserError
+
+
+class FeatureGraph(nn.Module):
+    """``model.backbone(inputs)`` or, ``with_neck``,
+    ``model.extract_feat(inputs)``: a tuple of NCHW maps."""
+
+    def __init__(self, model: nn.Module, with_neck: bool):
+        super().__init__()
+        self.model = model
+        self.with_neck = with_neck
+        self.in_channels = input_channels(model)
+
+    @property
+    def output_names(self) -> List[str]:
+        n = len(self.model.backbone.out_strides) if not self.with_neck else \
+            self._num_neck_outputs()
+        return [f'feat{i}' for i in range(n)]
+
+    def _num_neck_outputs(self) -> int:
+        neck = self.model.neck
+        return getattr(neck, 'num_outs', len(getattr(neck, 'in_channels',
+                                                     [])))
+
+    def forward(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        feats = self.model.extract_feat(inputs) if self.with_neck else \
+            self.model.backbone(inputs)
+        return tuple(feats)
+
+
+class SegmentorGraph(nn.Module):
+    """A semantic segmentor from image to labels: the data preprocessor's
+    channel conversion and normalisation, ``segmentor.inference`` (backbone,
+    neck, decode head, logits resized to the image bilinearly with the
+    head's ``align_corners``), then the label of each pixel (arg-max, or the
+    head's threshold on the sigmoid for a single output channel). The
+    auxiliary head is not part of inference, as in mmseg."""
+    output_names = ['seg_logits', 'seg_labels']
+    takes_images = True
+
+    def __init__(self, segmentor: nn.Module):
+        super().__init__()
+        pre = segmentor.data_preprocessor
+        if getattr(pre, 'test_cfg', None):
+            raise UserError(
+                'The segmentor pads test images (data_preprocessor.test_cfg '
+                f'= {dict(pre.test_cfg)}); the exported graph takes images '
+                'as they are. Remove test_cfg from the data preprocessor '
+                '(--cfg-options model.data_preprocessor.test_cfg=None) or '
+                'pad the images before the exported model.')
+        self.model = segmentor
+        self.in_channels = input_channels(segmentor)
+
+    def forward(self, image: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        pre = self.model.data_preprocessor
+        x = image.float()
+        if pre.channel_conversion and x.shape[1] == 3:
+            x = x[:, [2, 1, 0]]
+        if pre._enable_normalize:
+            x = (x - pre.mean) / pre.std
+        H, W = x.shape[-2:]
+        metas = [dict(img_shape=(H, W), ori_shape=(H, W), pad_shape=(H, W))
+                 for _ in range(x.shape[0])]
+        logits = self.model.inference(x, metas)
+        if logits.shape[1] > 1:
+            labels = logits.argmax(dim=1)
+        else:
+            threshold = self.model.decode_head.threshold
+            labels = (logits.sigmoid() > threshold).squeeze(1).long()
+        return logits, labels
+
+
+def fixed_size_modules(graph: nn.Module) -> List[str]:
+    """Modules whose ONNX export holds only at the size it was traced at,
+    each with the reason:
+
+    * adaptive average pooling to more than one cell (UperNet's pyramid
+      pooling): the exporter fixes its windows (onnxruntime then computes
+      wrong values or fails at other sizes; mmdeploy likewise exports such
+      models with static shapes only);
+    * mmseg's ``Upsample`` by a scale factor (the Semantic FPN head): it
+      computes its output size with ``int(h * scale_factor)``, a Python
+      number that the trace records as a constant.
+    """
+    fixed = []
+    for name, m in graph.named_modules():
+        if isinstance(m, nn.AdaptiveAvgPool2d) and \
+                m.output_size not in (1, (1, 1)):
+            fixed.append(f'{name} (adaptive average pooling to '
+                         f'{m.output_size})')
+        elif type(m).__name__ == 'Upsample' and \
+                type(m).__module__.startswith('mmseg.') and not m.size:
+            fixed.append(f'{name} (mmseg Upsample: int(h * scale_factor))')
+    return fixed
+
+
+def input_channels(model: nn.Module) -> int:
+    """Channels of the images the model takes: those of the backbone's
+    first convolution."""
+    for module in model.backbone.modules():
+        if isinstance(module, nn.Conv2d):
+            return module.in_channels
+    return 3
+
+
+def graph_for(model: nn.Module, scope: str, backbone_only: bool
+              ) -> nn.Module:
+    """The graph to export for a model built from an mmdet (``scope``
+    ``'mmdet'``) or mmseg config: the backbone (``backbone_only``), else the
+    whole segmentor, or a detector's backbone and neck (the heads' RoI
+    operators and NMS are not exported)."""
+    if backbone_only:
+        return FeatureGraph(model, with_neck=False)
+    if scope == 'mmseg':
+        return SegmentorGraph(model)
+    return FeatureGraph(model, with_neck=getattr(model, 'with_neck', False))

@@ -1,0 +1,219 @@
+"""Export a graph (:mod:`.graphs`) to ONNX and verify it with onnxruntime.
+
+The export traces the straightforward computation of every module: it runs
+inside ``fast_path(False)``, the switch the tests use, because the fast
+paths call oneDNN operators that ONNX does not have. Nothing is written
+under the requested name until onnxruntime has reproduced PyTorch's outputs
+on every checked size.
+"""
+import os
+import os.path as osp
+import tempfile
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..errors import ExportError, UserError
+from ..models.fast_path import fast_path
+from .graphs import fixed_size_modules
+
+#: largest difference allowed, relative to the largest value of the output
+TOLERANCE = 1e-4
+INPUT_NAME = 'input'
+MIN_SIZE, MAX_SIZE = 32, 8192
+
+
+def check_requirements() -> None:
+    """Exporting needs onnx, onnxscript (torch's exporter) and onnxruntime
+    (the verification): the ``deploy`` extra."""
+    import importlib
+    for name in ('onnx', 'onnxscript', 'onnxruntime'):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise UserError(
+                f'Exporting to ONNX needs {name}, which is not installed '
+                f'({e}). Install the deploy extra: pip install -e ".[deploy]" '
+                '(make install does).')
+
+
+def verification_sizes(height: int, width: int, dynamic: bool
+                       ) -> List[Tuple[int, int]]:
+    """The export size and, for a graph with free height and width, an odd
+    size (not a multiple of any stride) about 3/4 as large and a multiple of
+    32 about half as large."""
+    sizes = [(height, width)]
+    if dynamic:
+        sizes.append((max(MIN_SIZE + 1, height * 3 // 4) | 1,
+                      max(MIN_SIZE + 1, width * 3 // 4) | 1))
+        sizes.append((max(MIN_SIZE, height // 64 * 32),
+                      max(MIN_SIZE, width // 64 * 32)))
+    return list(dict.fromkeys(sizes))
+
+
+def example_input(graph: nn.Module, batch: int, height: int, width: int,
+                  seed: int = 0) -> torch.Tensor:
+    """A deterministic input: pixel values (0-255) for a graph that takes
+    images, else normalised values (standard normal)."""
+    gen = torch.Generator().manual_seed(seed)
+    channels = graph.in_channels
+    if getattr(graph, 'takes_images', False):
+        return torch.randint(0, 256, (batch, channels, height, width),
+                             generator=gen).float()
+    return torch.randn(batch, channels, height, width, generator=gen)
+
+
+def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
+                width: int, dynamic: bool = False, opset: int = 18,
+                log=print) -> List[Dict]:
+    """Export ``graph`` for ``batch`` images of ``height x width`` (any
+    height and width when ``dynamic``) to ``path``, verify it (see
+    :func:`verify_onnx`) and only then move it into place. Returns the
+    verification rows; raises :class:`ExportError` (and leaves no file)
+    when the export fails or does not reproduce PyTorch."""
+    if dynamic:
+        fixed = fixed_size_modules(graph)
+        if fixed:
+            more = f' and {len(fixed) - 3} more' if len(fixed) > 3 else ''
+            raise ExportError(
+                f'{type(graph).__name__} cannot be exported with free height '
+                'and width: in ' + '; '.join(fixed[:3]) + more + ' the '
+                'exported graph would hold only at the export size. Export '
+                'without --dynamic at the size the model will run at '
+                '(--shape H W, one file per size), or export the backbone '
+                'alone (--backbone-only).')
+    graph.eval()
+    directory = osp.dirname(osp.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, partial = tempfile.mkstemp(prefix='.unverified-', suffix='.onnx',
+                                   dir=directory)
+    os.close(fd)
+    try:
+        _export(graph, partial, example_input(graph, batch, height, width),
+                dynamic, opset)
+        log(f'exported {type(graph).__name__} (opset {opset}, '
+            + ('dynamic height and width' if dynamic else
+               f'{batch}x{graph.in_channels}x{height}x{width}') + ')')
+        rows = verify_onnx(partial, graph, batch,
+                           verification_sizes(height, width, dynamic), log)
+        os.replace(partial, path)
+        return rows
+    finally:
+        if osp.exists(partial):
+            os.remove(partial)
+
+
+def _export(graph: nn.Module, path: str, example: torch.Tensor,
+            dynamic: bool, opset: int) -> None:
+    """``torch.export`` (non-strict: Python runs, the tensor operations are
+    recorded; with free height and width marked dynamic), then ONNX."""
+    shapes = None
+    if dynamic:
+        free = torch.export.Dim.DYNAMIC
+        shapes = ({2: free(min=MIN_SIZE, max=MAX_SIZE),
+                   3: free(min=MIN_SIZE, max=MAX_SIZE)}, )
+    with fast_path(False), torch.no_grad():
+        try:
+            program = torch.export.export(graph, (example, ),
+                                          dynamic_shapes=shapes, strict=False)
+        except Exception as e:  # the exporter's errors have many types
+            raise ExportError(f'torch.export cannot trace '
+                              f'{type(graph).__name__}: {_first_line(e)}'
+                              ) from e
+        try:
+            torch.onnx.export(
+                program, (example, ), path, input_names=[INPUT_NAME],
+                output_names=list(graph.output_names), opset_version=opset,
+                dynamo=True, external_data=False, verbose=False)
+        except Exception as e:
+            raise ExportError(f'torch.onnx.export cannot translate '
+                              f'{type(graph).__name__} to ONNX: '
+                              f'{_first_line(e)}') from e
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return f'{type(error).__name__}: ' + (text.splitlines()[0] if text
+                                          else '')
+
+
+def onnxruntime_session(path: str, threads: Optional[int] = None):
+    """An onnxruntime CPU session of ``path`` (``threads`` intra-op threads,
+    one inter-op thread)."""
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(path, options,
+                                providers=['CPUExecutionProvider'])
+
+
+def verify_onnx(path: str, graph: nn.Module, batch: int,
+                sizes: Sequence[Tuple[int, int]], log=print) -> List[Dict]:
+    """Run the ONNX file with onnxruntime and ``graph`` with PyTorch (the
+    straightforward path, what was exported) on the same input at each size;
+    every output must have PyTorch's shape and dtype and differ by at most
+    :data:`TOLERANCE` of its largest value. Integer outputs (labels) must be
+    equal except where PyTorch's two best logits are within that tolerance
+    of each other. Returns one row per size and output."""
+    session = onnxruntime_session(path)
+    names = [o.name for o in session.get_outputs()]
+    rows = []
+    for height, width in sizes:
+        x = example_input(graph, batch, height, width, seed=height * width)
+        with fast_path(False), torch.no_grad():
+            refs = graph(x)
+        outs = session.run(None, {INPUT_NAME: x.numpy()})
+        logits = None
+        for name, ref, out in zip(names, refs, outs):
+            ref = ref.numpy()
+            row = dict(size=(height, width), output=name,
+                       shape=tuple(ref.shape))
+            if out.shape != ref.shape:
+                raise ExportError(
+                    f'The exported model is wrong: at {height}x{width} its '
+                    f'output {name} has shape {tuple(out.shape)}, PyTorch '
+                    f'gives {tuple(ref.shape)}.')
+            if np.issubdtype(ref.dtype, np.floating):
+                scale = float(np.abs(ref).max()) or 1.0
+                row['max_abs_diff'] = float(np.abs(out - ref).max())
+                row['max_rel_diff'] = row['max_abs_diff'] / scale
+                ok = row['max_rel_diff'] <= TOLERANCE
+                logits = ref
+                message = (f'{row["max_abs_diff"]:.2e} '
+                           f'({row["max_rel_diff"]:.2e} of the largest value)')
+            else:
+                row['differing'] = _label_mismatches(out, ref, logits)
+                ok = row['differing'] == 0
+                message = ('labels equal' if ok else
+                           f'{row["differing"]} labels differ')
+            rows.append(row)
+            log(f'  onnxruntime vs PyTorch at {height}x{width}, {name} '
+                f'{tuple(ref.shape)}: {message}')
+            if not ok:
+                hint = '' if (height, width) == tuple(sizes[0]) else (
+                    f' It matched at {sizes[0][0]}x{sizes[0][1]}: a module '
+                    'computes with the input size as a Python number, which '
+                    'the trace fixed at the export size.')
+                raise ExportError(
+                    f'The exported model is wrong: at {height}x{width} its '
+                    f'output {name} differs from PyTorch by {message}; at '
+                    f'most {TOLERANCE:g} of the largest value is allowed.'
+                    + hint)
+    return rows
+
+
+def _label_mismatches(out: np.ndarray, ref: np.ndarray,
+                      logits: Optional[np.ndarray]) -> int:
+    """Labels that differ where PyTorch's choice was not a tie (its best and
+    second-best logits further apart than the tolerance)."""
+    differ = out != ref
+    if logits is None or not differ.any() or logits.shape[1] < 2:
+        return int(differ.sum())
+    top2 = np.sort(logits, axis=1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    tie = margin <= 2 * TOLERANCE * float(np.abs(logits).max())
+    return int((differ & ~tie).sum())

@@ -1,6 +1,9 @@
 """tools/benchmark.py runs its measurements in fresh processes and writes the
 tables, the plot and the raw results (speed targets live there, not here)."""
 import json
+import re
+
+import pytest
 
 from conftest import run_tool
 
@@ -17,12 +20,13 @@ def _run(tmp_path, *args):
 def test_backbone_variants_and_ratios(tmp_path):
     results, table = _run(
         tmp_path, '--models', 'xcit_nano_12_p16@reference',
-        'xcit_nano_12_p16', 'xcit_nano_12_p16@bf16', '--sizes', '64x96',
-        '--batch', '1', '--modes', 'infer')
+        'xcit_nano_12_p16', 'xcit_nano_12_p16@bf16',
+        'xcit_nano_12_p16@onnxruntime', 'xcit_nano_12_p16@openvino',
+        '--sizes', '64x96', '--batch', '1', '--modes', 'infer')
     assert results['matmul']['fp32_gflops_per_s'] > 0
     assert results['matmul']['bf16_gflops_per_s'] > 0
     rows = {r['model']: r for r in results['results']}
-    assert len(rows) == 3 and not any('error' in r for r in rows.values())
+    assert len(rows) == 5 and not any('error' in r for r in rows.values())
     ref = rows['xcit_nano_12_p16@reference']
     assert ref['seconds'] > 0 and ref['peak_mem_gib'] > 0
     assert ref['gmac_per_image'] > 0 and ref['first_call_s'] > 0
@@ -37,23 +41,45 @@ def test_backbone_variants_and_ratios(tmp_path):
     ratios = table.split('Against the straightforward computation')[1]
     assert '| xcit_nano_12_p16@bf16 | 64x96 | 1 | infer |' in ratios
     assert (tmp_path / 'results.png').stat().st_size > 0
+    # the runtimes: one verified export for both, fp32 parity, a ratio row
+    onnx, openvino = (rows[f'xcit_nano_12_p16@{r}']
+                      for r in ('onnxruntime', 'openvino'))
+    assert onnx['export_s'] == openvino['export_s'] > 0
+    assert list((tmp_path / 'onnx').iterdir()) == [
+        tmp_path / 'onnx' / 'xcit_nano_12_p16_64x96.onnx']
+    for row in (onnx, openvino):
+        assert row['seconds'] > 0 and row['peak_mem_gib'] > 0
+        assert row['max_rel_diff_vs_reference'] < 1e-4
+    runtimes = table.split('Runtimes against our eager PyTorch path')[1]
+    assert '| xcit_nano_12_p16@openvino | 64x96 | 1 |' in runtimes
 
 
 def test_training_step_of_checkpointed_backbone_and_detector(tmp_path):
     results, table = _run(tmp_path, '--models', 'xcit_nano_12_p16@cp',
-                          'mask_rcnn_xcit_s12', '--sizes', '64x64',
-                          '--batch', '1', '--modes', 'train')
+                          'mask_rcnn_xcit_s12', 'xcit_nano_12_p16@openvino',
+                          '--sizes', '64x64', '--batch', '1', '--modes',
+                          'train')
+    # runtimes measure inference only: no row, nothing exported
     backbone, detector = results['results']
+    assert not (tmp_path / 'onnx').exists()
     assert 'error' not in backbone and 'error' not in detector, results
     assert backbone['activation_mem_gib'] > 0 and detector['seconds'] > 0
     assert '| mask_rcnn_xcit_s12 | 64x64 | 1 | train |' in table
 
 
 def test_benchmark_rejects_bad_names(tmp_path):
-    for name, message in [('alexnet', "unknown model 'alexnet'"),
-                          ('xcit_huge_p16', 'unknown XCiT preset'),
-                          ('xcit_nano_12_p16@fast', 'unknown variant'),
-                          ('swin_t@bf16', "unknown model 'swin_t@bf16'")]:
-        proc = run_tool('tools/benchmark.py', '--models', name,
-                        '--out-dir', tmp_path)
-        assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    import runpy
+    from conftest import REPO
+    tool = runpy.run_path(str(REPO / 'tools/benchmark.py'))
+    for name, message in [
+            ('alexnet', "unknown model 'alexnet'"),
+            ('xcit_huge_p16', 'unknown XCiT preset'),
+            ('xcit_nano_12_p16@fast', 'unknown variant'),
+            ('swin_t@bf16', "unknown model 'swin_t@bf16'"),
+            ('xcit_nano_12_p16@onnxruntime+bf16', 'takes no other variant'),
+            ('upernet_xcit_s12@cp', 'unknown variant')]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            tool['parse_model'](name)
+    proc = run_tool('tools/benchmark.py', '--models', 'alexnet',
+                    '--out-dir', tmp_path)
+    assert proc.returncode == 2 and "unknown model 'alexnet'" in proc.stderr

@@ -29,7 +29,12 @@ Models:
       bf16       ``autocast_dtype='bfloat16'`` (float16 on CUDA): the
                  backbone under autocast, fp32 maps out; the output
                  difference to fp32 is reported;
-      cp         ``with_cp=True`` (gradient checkpointing).
+      cp         ``with_cp=True`` (gradient checkpointing);
+      onnxruntime, openvino  inference only, fp32: the model exported to ONNX
+                 at the measured size by ``tools/export_onnx.py``'s code
+                 (verified against PyTorch; export time reported apart, in a
+                 process of its own) and run by onnxruntime / OpenVINO
+                 (f32 precision hint) with the same threads.
   swin_t, r50        mmdet's Swin-T and ResNet-50 backbones;
   vit_s16, vit_b16   timm's ViT-S/16 and ViT-B/16, global attention, position
                      embeddings resized to the input;
@@ -38,6 +43,11 @@ Models:
       ``model.predict`` on preprocessed inputs with the box score threshold at
       0 so that 100 detections per image reach the mask head; train = one
       ``loss`` + backward with 5 ground-truth boxes and masks per image.
+  upernet_xcit_s12[@variant]  the whole UperNet XCiT-S12/16 segmentor
+      (configs/ade20k/upernet_xcit_s12.py, 150 classes), inference only, as
+      exported: image in, logits and labels at the image's size out
+      (``xcit_dense.deploy.SegmentorGraph``); variants reference, compile,
+      onnxruntime, openvino.
 
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run) and ``results.png``
@@ -61,7 +71,12 @@ DETECTORS = {
     'mask_rcnn_xcit_s12': osp.join(ROOT, 'configs/coco/mask_rcnn_xcit_s12.py'),
     'mask_rcnn_swin_t': 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py',
 }
-XCIT_VARIANTS = ('reference', 'compile', 'bf16', 'cp')
+SEGMENTORS = {
+    'upernet_xcit_s12': osp.join(ROOT, 'configs/ade20k/upernet_xcit_s12.py'),
+}
+RUNTIMES = ('onnxruntime', 'openvino')
+XCIT_VARIANTS = ('reference', 'compile', 'bf16', 'cp') + RUNTIMES
+SEGMENTOR_VARIANTS = ('reference', 'compile') + RUNTIMES
 
 
 def parse_model(name: str):
@@ -69,23 +84,31 @@ def parse_model(name: str):
     raises ValueError on unknown names."""
     base, _, suffix = name.partition('@')
     variants = set(filter(None, suffix.split('+')))
-    if base.startswith('xcit_'):
-        from xcit_dense import ARCH_SETTINGS
-        if base[len('xcit_'):] not in ARCH_SETTINGS:
-            raise ValueError(f'unknown XCiT preset in {name!r}; presets: '
-                             f'{", ".join(ARCH_SETTINGS)}')
-        unknown = variants - set(XCIT_VARIANTS)
+    if base.startswith('xcit_') or base in SEGMENTORS:
+        allowed = SEGMENTOR_VARIANTS if base in SEGMENTORS else XCIT_VARIANTS
+        if base.startswith('xcit_'):
+            from xcit_dense import ARCH_SETTINGS
+            if base[len('xcit_'):] not in ARCH_SETTINGS:
+                raise ValueError(f'unknown XCiT preset in {name!r}; presets:'
+                                 f' {", ".join(ARCH_SETTINGS)}')
+        unknown = variants - set(allowed)
         if unknown:
             raise ValueError(f'unknown variant(s) {sorted(unknown)} in '
-                             f'{name!r}; allowed: {", ".join(XCIT_VARIANTS)}')
+                             f'{name!r}; allowed: {", ".join(allowed)}')
         if {'reference', 'compile'} <= variants:
             raise ValueError('the reference path is not compiled')
+        if variants & set(RUNTIMES) and len(variants) > 1:
+            raise ValueError(f'{name!r}: a runtime ({", ".join(RUNTIMES)}) '
+                             'runs the exported fp32 graph; it takes no '
+                             'other variant')
         return base, variants
     if (base in PEERS or base in DETECTORS) and not variants:
         return base, variants
     raise ValueError(
         f'unknown model {name!r}; use xcit_<preset>[@variant+...] (variants: '
-        f'{", ".join(XCIT_VARIANTS)}) or one of '
+        f'{", ".join(XCIT_VARIANTS)}), '
+        f'{", ".join(SEGMENTORS)}[@variant] (variants: '
+        f'{", ".join(SEGMENTOR_VARIANTS)}) or one of '
         f'{", ".join(PEERS + tuple(DETECTORS))}')
 
 
@@ -136,6 +159,70 @@ def build_detector(base: str):
     return MODELS.build(cfg.model)
 
 
+def build_segmentor_graph(base: str, variants: set):
+    """The whole segmentor as exported (image in, logits and labels out),
+    random weights (seeded by the caller)."""
+    from mmengine.config import Config
+
+    from xcit_dense.deploy import SegmentorGraph
+    from xcit_dense.launch import init_inference_model
+    cfg = Config.fromfile(SEGMENTORS[base])
+    cfg.model.backbone.init_cfg = None  # random weights, no download
+    cfg.model.backbone.fast_path = 'reference' not in variants
+    if 'compile' in variants:
+        cfg.model.backbone.compile_cfg = True
+    return SegmentorGraph(init_inference_model(cfg, None))
+
+
+def build_exportable(base: str):
+    """What the runtimes run: the XCiT pyramid or the whole segmentor, with
+    the weights every process builds from seed 0."""
+    import torch
+    torch.manual_seed(0)
+    if base in SEGMENTORS:
+        return build_segmentor_graph(base, {'reference'})
+    from xcit_dense.deploy import FeatureGraph
+    holder = torch.nn.Module()
+    holder.backbone = build_backbone(base, {'reference'}, 'cpu').eval()
+    return FeatureGraph(holder, with_neck=False)
+
+
+def onnx_file(args, model: str, size) -> str:
+    return osp.join(args.out_dir, 'onnx',
+                    f'{model.partition("@")[0]}_{size[0]}x{size[1]}.onnx')
+
+
+def export_worker(args) -> dict:
+    """Export (and verify) the model at the size, in this process."""
+    import torch
+    torch.set_num_threads(args.threads)
+    from xcit_dense.deploy import export_onnx
+    base, _ = parse_model(args.model)
+    path = onnx_file(args, args.model, args.size)
+    start = time.perf_counter()
+    rows = export_onnx(build_exportable(base), path, args.batch, *args.size,
+                       log=lambda _: None)
+    return dict(export_s=time.perf_counter() - start, onnx_file=path,
+                export_max_rel_diff=max(r.get('max_rel_diff', 0.)
+                                        for r in rows))
+
+
+def runtime_session(runtime: str, path: str, threads: int):
+    """A callable ``f(numpy input) -> list of numpy outputs`` running the
+    ONNX file on ``runtime``."""
+    if runtime == 'onnxruntime':
+        from xcit_dense.deploy.onnx_export import onnxruntime_session
+        session = onnxruntime_session(path, threads)
+        name = session.get_inputs()[0].name
+        return lambda x: session.run(None, {name: x})
+    import openvino as ov
+    compiled = ov.Core().compile_model(
+        path, 'CPU', {'INFERENCE_NUM_THREADS': threads,
+                      'INFERENCE_PRECISION_HINT': 'f32'})
+    request = compiled.create_infer_request()
+    return lambda x: [request.infer([x])[o] for o in compiled.outputs]
+
+
 def _rss_gib() -> float:
     with open('/proc/self/statm') as f:
         return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**30
@@ -176,16 +263,33 @@ def worker(args) -> dict:
     if args.model == 'matmul':
         return dict(fp32_gflops_per_s=_matmul(args, 'float32'),
                     bf16_gflops_per_s=_matmul(args, 'bfloat16'))
+    if args.mode == 'export':
+        return export_worker(args)
     base, variants = parse_model(args.model)
     h, w = args.size
     result = dict(model=args.model, h=h, w=w, batch=args.batch,
                   mode=args.mode, threads=args.threads, device=args.device)
     detector = base in DETECTORS
-    model = (build_detector(base) if detector else
-             build_backbone(base, variants, args.device)).to(args.device)
-    model.train(args.mode == 'train')
+    runtime = next(iter(variants & set(RUNTIMES)), None)
+    if runtime is not None:  # the exported file; no PyTorch model yet
+        model = None
+        session = runtime_session(runtime, onnx_file(args, args.model,
+                                                     args.size), args.threads)
+    elif base in SEGMENTORS:
+        torch.manual_seed(0)
+        model = build_segmentor_graph(base, variants).to(args.device)
+    else:
+        model = (build_detector(base) if detector else
+                 build_backbone(base, variants, args.device)).to(args.device)
+        model.train(args.mode == 'train')
 
-    if detector:
+    if runtime is not None or base in SEGMENTORS:
+        x = example_input_for(base, args)
+        x_np = x.numpy()
+
+        def forward():
+            return session(x_np) if runtime is not None else model(x)
+    elif detector:
         from mmdet.testing import demo_mm_inputs
         packed = demo_mm_inputs(batch_size=args.batch,
                                 image_shapes=(3, h, w), num_classes=80,
@@ -244,6 +348,11 @@ def worker(args) -> dict:
     result['peak_mem_gib'] = peak
     result['activation_mem_gib'] = peak - base_mem
     # counted after the peak memory is read: the counters trace the model
+    if runtime is not None or base in SEGMENTORS:
+        result['seconds'] = statistics.median(times)
+        result['images_per_s'] = args.batch / result['seconds']
+        result.update(_diff_to_reference(base, out, x))
+        return result
     if args.mode == 'infer' and not detector:
         result.update(_count_gmac(model, base, variants, x[:1], args.device))
     result['seconds'] = statistics.median(times)
@@ -265,6 +374,30 @@ def worker(args) -> dict:
                  for o, r in zip(_outputs(out), refs)]
         result['max_rel_diff_vs_reference'] = max(diffs)
     return result
+
+
+def example_input_for(base: str, args):
+    """The input of a runtime / segmentor measurement: the first one the
+    export verification uses (pixel values for segmentors)."""
+    from xcit_dense.deploy.onnx_export import random_input
+    return random_input(args.batch, 3, *args.size,
+                        images=base in SEGMENTORS)
+
+
+def _diff_to_reference(base: str, out, x) -> dict:
+    """Largest difference of the (first, float) outputs to the
+    straightforward fp32 PyTorch computation with the same weights, relative
+    to its largest value."""
+    import torch
+
+    from xcit_dense.models.fast_path import fast_path
+    reference = build_exportable(base)
+    with torch.no_grad(), fast_path(False):
+        refs = reference(x)
+    outs = [torch.as_tensor(o) for o in _outputs(out)]
+    diffs = [((o.float() - r).abs().max() / r.abs().max()).item()
+             for o, r in zip(outs, refs) if r.is_floating_point()]
+    return dict(max_rel_diff_vs_reference=max(diffs))
 
 
 def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
@@ -307,13 +440,41 @@ def _executed_gmac(base: str, x) -> float:
     return counter.get_total_flops() / 2e9  # the counter: 2 per multiply-add
 
 
+_EXPORTED = {}  # (base, size, batch) -> the export's row
+
+
+def trainable(name: str) -> bool:
+    """Measured in training too: not a runtime or a segmentor."""
+    base, variants = parse_model(name)
+    return base not in SEGMENTORS and not variants & set(RUNTIMES)
+
+
 def measure(model, size, batch, mode, args) -> dict:
+    base, variants = parse_model(model) if model != 'matmul' else (None, ())
+    if set(variants) & set(RUNTIMES) and mode == 'infer':
+        # exported (and verified) in a process of its own, so that the
+        # runtime's process holds only what the runtime needs; once per
+        # model, size and batch for all runtimes and rounds
+        key = (base, size, batch)
+        if key not in _EXPORTED:
+            _EXPORTED[key] = _run_worker(model, size, batch, 'export', args)
+        exported = _EXPORTED[key]
+        if 'error' in exported:
+            return dict(exported, model=model)
+        row = _run_worker(model, size, batch, mode, args)
+        row.update({k: exported[k] for k in ('export_s',
+                                             'export_max_rel_diff')})
+        return row
+    return _run_worker(model, size, batch, mode, args)
+
+
+def _run_worker(model, size, batch, mode, args) -> dict:
     cmd = [sys.executable, osp.abspath(__file__), '--worker',
            '--model', model, '--size', f'{size[0]}x{size[1]}',
            '--batch', str(batch), '--mode', mode, '--device', args.device,
            '--threads', str(args.threads), '--repeat', str(args.repeat),
            '--warmup', str(args.warmup), '--matmul-size',
-           str(args.matmul_size)]
+           str(args.matmul_size), '--out-dir', args.out_dir]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     stub = dict(model=model, h=size[0], w=size[1], batch=batch, mode=mode)
     try:
@@ -334,19 +495,27 @@ def _fmt(value, spec):
     return '' if value is None else format(value, spec)
 
 
-def ratio_rows(results):
-    """Each XCiT variant against its ``@reference`` at the same size, batch
-    and mode: speed-up and memory ratios."""
+def ratio_rows(results, against: str = 'reference'):
+    """Speed-up and memory ratios at the same size, batch and mode: each XCiT
+    variant against its ``@reference`` (``against='reference'``), or each
+    runtime row against the eager PyTorch row of its model (``'eager'``)."""
     def key(r):
         return (r['model'].partition('@')[0], r['h'], r['w'], r['batch'],
                 r['mode'])
 
-    refs = {key(r): r for r in results
-            if 'error' not in r and r['model'].endswith('@reference')}
+    def is_baseline(r):
+        return r['model'].endswith('@reference') if against == 'reference' \
+            else '@' not in r['model']
+
+    def compared(r):
+        return against == 'reference' or \
+            r['model'].partition('@')[2] in RUNTIMES
+
+    refs = {key(r): r for r in results if 'error' not in r and is_baseline(r)}
     rows = []
     for r in results:
         ref = refs.get(key(r))
-        if ref is None or r is ref or 'error' in r:
+        if ref is None or r is ref or 'error' in r or not compared(r):
             continue
         rows.append(dict(
             model=r['model'], size=f'{r["h"]}x{r["w"]}', batch=r['batch'],
@@ -354,7 +523,8 @@ def ratio_rows(results):
             peak_mem_ratio=r['peak_mem_gib'] / ref['peak_mem_gib'],
             activation_mem_ratio=(r['activation_mem_gib'] /
                                   ref['activation_mem_gib']),
-            diff=r.get('max_rel_diff_vs_reference')))
+            diff=r.get('max_rel_diff_vs_reference'),
+            export_s=r.get('export_s')))
     return rows
 
 
@@ -420,6 +590,19 @@ def write_table(results, matmul, args, path):
                 f'| {r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
                 f'{r["activation_mem_ratio"]:.2f} | '
                 f'{_fmt(r["diff"], ".1e")} |')
+    rows = ratio_rows(results, against='eager')
+    if rows:
+        lines += [
+            '', 'Runtimes against our eager PyTorch path (fast path on), '
+            'same run (> 1: the runtime is faster):', '',
+            '| model | input | batch | speed-up over eager | peak mem ratio | '
+            'max output diff (rel. to max) | export + verification (s) |',
+            '| --- | --- | --- | --- | --- | --- | --- |']
+        for r in rows:
+            lines.append(
+                f'| {r["model"]} | {r["size"]} | {r["batch"]} | '
+                f'{r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
+                f'{_fmt(r["diff"], ".1e")} | {_fmt(r["export_s"], ".0f")} |')
     scaling = scaling_rows(results)
     if scaling:
         lines += ['', 'Time at 1600x2688 over time at 800x1344 (4.0 is '
@@ -558,6 +741,8 @@ def main():
             for size in args.sizes:
                 for batch in args.batch:
                     for mode in args.modes:
+                        if mode == 'train' and not trainable(name):
+                            continue
                         r = measure(name, size, batch, mode, args)
                         r['round'] = rnd
                         runs.setdefault((name, size, batch, mode),

@@ -335,7 +335,8 @@ def init_inference_model(cfg, checkpoint: Optional[str],
     """The config's detector or segmentor as mmdet's ``init_detector`` /
     mmseg's ``init_model`` build it, in eval mode on ``device``, with the
     weights of ``checkpoint`` (a local file: ours or published) loaded
-    strictly, or the config's own initialisation when it is ``None``. Class
+    strictly, or the config's own initialisation when it is ``None``
+    (SyncBN as BatchNorm on the CPU). Class
     names and palette come from the checkpoint, else from the config's test
     dataset."""
     import warnings
@@ -364,6 +365,9 @@ def init_inference_model(cfg, checkpoint: Optional[str],
         else:
             dataset_meta = dict(getattr(model, 'dataset_meta', None) or {})
     model.dataset_meta = dataset_meta
+    if torch.device(device).type == 'cpu':  # SyncBN needs GPUs
+        from mmengine.model import revert_sync_batchnorm
+        model = revert_sync_batchnorm(model)
     return model.to(device).eval()
 
 

@@ -55,11 +55,17 @@ def verification_sizes(height: int, width: int, dynamic: bool
 
 def example_input(graph: nn.Module, batch: int, height: int, width: int,
                   seed: int = 0) -> torch.Tensor:
-    """A deterministic input: pixel values (0-255) for a graph that takes
-    images, else normalised values (standard normal)."""
+    """A deterministic input for ``graph``: pixel values (integers 0-255)
+    for a graph that takes images, else normalised values (standard
+    normal)."""
+    return random_input(batch, graph.in_channels, height, width,
+                        getattr(graph, 'takes_images', False), seed)
+
+
+def random_input(batch: int, channels: int, height: int, width: int,
+                 images: bool, seed: int = 0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    channels = graph.in_channels
-    if getattr(graph, 'takes_images', False):
+    if images:
         return torch.randint(0, 256, (batch, channels, height, width),
                              generator=gen).float()
     return torch.randn(batch, channels, height, width, generator=gen)

@@ -21,6 +21,33 @@ def run_tool(*args, cwd=None, env=None, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def run_tool_here(script, *args, env=None):
+    """A ``tools/*.py`` command run in this process, for the checks that end
+    before any work starts (bad input): what ``run_tool`` returns, without
+    the 8 s of starting a Python with torch, mmdet and mmseg."""
+    import contextlib
+    import io
+    import runpy
+    argv, environ, cwd = sys.argv, dict(os.environ), os.getcwd()
+    sys.argv = [str(script), *map(str, args)]
+    os.environ.update(env or {})
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    try:
+        os.chdir(REPO)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(str(REPO / script), run_name='__main__')
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        sys.argv = argv
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(cwd)
+    return subprocess.CompletedProcess(sys.argv, code, out.getvalue(),
+                                       err.getvalue())
+
+
 @pytest.fixture(scope='session')
 def tiny_coco(tmp_path_factory):
     """A small synthetic COCO dataset, made once per test session."""

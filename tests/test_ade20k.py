@@ -10,7 +10,7 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from conftest import REPO, run_tool
+from conftest import REPO, run_tool, run_tool_here
 
 CONFIGS = sorted((REPO / 'configs' / 'ade20k').glob('*.py'))
 DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'
@@ -139,7 +139,7 @@ def test_missing_split_directory_names_it(tiny_ade20k, tmp_path):
     root = tmp_path / 'data'
     shutil.copytree(tiny_ade20k, root)
     shutil.rmtree(root / 'annotations' / 'validation')
-    proc = run_tool('tools/train.py', _config(tmp_path, root), '--work-dir',
+    proc = run_tool_here('tools/train.py', _config(tmp_path, root), '--work-dir',
                     tmp_path / 'work')
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr
     message = proc.stderr.strip().splitlines()[-1]

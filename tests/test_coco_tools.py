@@ -8,7 +8,7 @@ import cv2
 import pytest
 import torch
 
-from conftest import REPO, run_tool
+from conftest import REPO, run_tool, run_tool_here
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 
@@ -148,7 +148,7 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
     args = ['tools/train.py', cfg, '--work-dir', work]
     if options:
         args += ['--cfg-options', *options]
-    proc = run_tool(*args)
+    proc = run_tool_here(*args)
     expected = {
         'data_root': [r'data root .* does not exist: /nonexistent/'],
         'ann_file': [r'annotation file .* does not exist: .*annotations/'

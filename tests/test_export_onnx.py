@@ -1,8 +1,6 @@
 """ONNX export (tools/export_onnx.py, xcit_dense.deploy): verified exports of
 a tiny backbone, a tiny UperNet and a tiny Semantic FPN, parity with the
 models as mmseg and the fast path run them, and what fails."""
-import runpy
-import sys
 import warnings
 
 import numpy as np
@@ -17,7 +15,7 @@ from xcit_dense.deploy import (ExportError, FeatureGraph, SegmentorGraph,
 from xcit_dense.deploy.onnx_export import (example_input, onnxruntime_session,
                                            verification_sizes)
 
-from conftest import REPO
+from conftest import REPO, run_tool_here
 
 TINY = dict(arch=None, patch_size=16, embed_dim=32, depth=4, num_heads=4,
             eta=1.0, out_indices=[0, 1, 2, 3])
@@ -66,21 +64,6 @@ def build(config_text, tmp_path, name):
     cfg = Config.fromfile(str(path))
     torch.manual_seed(0)
     return path, randomise_norms(init_inference_model(cfg, None))
-
-
-def run_export_tool(*args):
-    """tools/export_onnx.py in this process; its exit status (0 when it
-    returned)."""
-    argv = sys.argv
-    sys.argv = ['export_onnx.py', *map(str, args)]
-    try:
-        runpy.run_path(str(REPO / 'tools/export_onnx.py'),
-                       run_name='__main__')
-        return 0
-    except SystemExit as e:
-        return e.code
-    finally:
-        sys.argv = argv
 
 
 @pytest.fixture(scope='module')
@@ -153,7 +136,7 @@ def test_an_export_that_differs_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_upernet_export_predicts_what_mmseg_predicts(tmp_path, capsys):
+def test_upernet_export_predicts_what_mmseg_predicts(tmp_path):
     """The CLI with a checkpoint: strict loading, verification, and labels
     equal to mmseg's own prediction (data preprocessor, whole inference)
     for a real image."""
@@ -161,9 +144,10 @@ def test_upernet_export_predicts_what_mmseg_predicts(tmp_path, capsys):
     checkpoint = tmp_path / 'upernet.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
     out = tmp_path / 'upernet.onnx'
-    assert run_export_tool(config, checkpoint, '--out', out, '--shape', 64,
-                           96) == 0
-    assert 'verified with onnxruntime at 64x96' in capsys.readouterr().out
+    proc = run_tool_here('tools/export_onnx.py', config, checkpoint, '--out',
+                         out, '--shape', 64, 96)
+    assert proc.returncode == 0, proc.stderr
+    assert 'verified with onnxruntime at 64x96' in proc.stdout
 
     image = torch.randint(0, 256, (3, 64, 96), dtype=torch.uint8,
                           generator=torch.Generator().manual_seed(5))
@@ -240,10 +224,9 @@ def test_dynamic_export_that_fixes_a_size_is_caught(tmp_path):
     (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
       'x.onnx', '--shape', '16', '64'), '--shape must be at least 32 32'),
 ])
-def test_bad_input_is_one_paragraph(args, message, capsys, tmp_path,
-                                    monkeypatch):
-    monkeypatch.chdir(REPO)
-    assert run_export_tool(*args) == 1
-    err = capsys.readouterr().err
+def test_bad_input_is_one_paragraph(args, message):
+    proc = run_tool_here('tools/export_onnx.py', *args)
+    err = proc.stderr
+    assert proc.returncode == 1
     assert err.startswith('error: ') and message in err
     assert 'Traceback' not in err and err.count('\n') == 1

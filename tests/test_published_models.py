@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, run_tool
+from conftest import REPO, run_tool, run_tool_here
 
 COCO_DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 ADE_DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'
@@ -276,8 +276,8 @@ def test_damaged_published_file_names_the_key(coco_pair, tmp_path):
 def test_resume_from_published_is_refused(coco_pair, tmp_path):
     cfg, _, pub, _ = coco_pair
     work = tmp_path / 'work'
-    proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
-                    pub)
+    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work,
+                         '--resume', pub)
     _fails_cleanly(proc, r'Cannot resume from .*pub\.pth: it is a published',
                    r'load_from')
     assert not work.exists()
@@ -387,9 +387,9 @@ def test_backbone_init_cfg_from_a_url(loopback, tmp_path, monkeypatch):
 def test_url_that_fails_is_one_paragraph(loopback, coco_pair, tmp_path):
     cfg, *_ = coco_pair
     _, url = loopback
-    proc = run_tool('tools/test.py', cfg, f'{url}/no_such_file.pth',
-                    '--work-dir', tmp_path / 'w',
-                    env=dict(TORCH_HOME=str(tmp_path)))
+    proc = run_tool_here('tools/test.py', cfg, f'{url}/no_such_file.pth',
+                         '--work-dir', tmp_path / 'w',
+                         env=dict(TORCH_HOME=str(tmp_path)))
     _fails_cleanly(proc, r'Cannot download the checkpoint .*no_such_file',
                    r'404')
     assert not (tmp_path / 'hub' / 'checkpoints' /

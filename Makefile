@@ -25,4 +25,4 @@ demo-ade20k: install
 	$(PY) tools/train.py $(DEMO_ADE20K) --work-dir work_dirs/demo_ade20k
 
 test: install
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=15

@@ -220,7 +220,11 @@ def runtime_session(runtime: str, path: str, threads: int):
         path, 'CPU', {'INFERENCE_NUM_THREADS': threads,
                       'INFERENCE_PRECISION_HINT': 'f32'})
     request = compiled.create_infer_request()
-    return lambda x: [request.infer([x])[o] for o in compiled.outputs]
+
+    def run(x):
+        results = request.infer([x])  # one inference, all outputs
+        return [results[o] for o in compiled.outputs]
+    return run
 
 
 def _rss_gib() -> float:

@@ -220,6 +220,9 @@ def test_atomic_writes_leave_the_old_file(tmp_path, monkeypatch):
     backend = AtomicLocalBackend()
     path = tmp_path / 'iter_2.pth'
     backend.put(b'complete', path)
+    # readable as any new file (not mkstemp's owner-only mode)
+    from xcit_dense.file_permissions import new_file_mode
+    assert path.stat().st_mode & 0o777 == new_file_mode()
 
     def crash(src, dst):
         raise KeyboardInterrupt  # killed between writing and renaming

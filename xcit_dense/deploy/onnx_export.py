@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import ExportError, UserError
+from ..file_permissions import move_into_place
 from ..models.fast_path import fast_path
 from .graphs import fixed_size_modules
 
@@ -104,7 +105,7 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
                f'{batch}x{graph.in_channels}x{height}x{width}') + ')')
         rows = verify_onnx(partial, graph, batch,
                            verification_sizes(height, width, dynamic), log)
-        os.replace(partial, path)
+        move_into_place(partial, path)
         return rows
     finally:
         if osp.exists(partial):

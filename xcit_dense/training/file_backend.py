@@ -7,6 +7,8 @@ from typing import Union
 
 from mmengine.fileio import LocalBackend, register_backend
 
+from ..file_permissions import move_into_place
+
 
 class AtomicLocalBackend(LocalBackend):
     """mmengine's local file backend, writing each file to a temporary name
@@ -30,7 +32,7 @@ class AtomicLocalBackend(LocalBackend):
                 f.write(obj)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, filepath)
+            move_into_place(tmp, filepath)
         except BaseException:
             if osp.exists(tmp):
                 os.remove(tmp)

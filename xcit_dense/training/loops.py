@@ -73,6 +73,22 @@ class _Resumable:
         seed_everything(position_seed(self.runner.seed or 0, get_rank(),
                                       ITERATION, self._iter))
 
+    def _iterate_from(self, done: int, make_iterator):
+        """A fresh iterator over the dataloader (``make_iterator``), past the
+        first ``done`` batches, which are flagged and not loaded."""
+        self.dataloader.batch_sampler.skip(done)
+        iterator = make_iterator(self.dataloader)
+        for _ in range(done):
+            next(iterator)
+        return iterator
+
+    def _validate_if_due(self, count: int, last: int) -> None:
+        """mmengine's validation schedule, after ``count`` iterations (or
+        epochs) of ``last``."""
+        if (self.runner.val_loop is not None and count >= self.val_begin
+                and (count % self.val_interval == 0 or count == last)):
+            self.runner.val_loop.run()
+
 
 @LOOPS.register_module()
 class IterBasedTrainLoop(_Resumable, MMEngineIterLoop):
@@ -88,22 +104,15 @@ class IterBasedTrainLoop(_Resumable, MMEngineIterLoop):
         self.runner.call_hook('before_train_epoch')
         # A fresh iterator, so that the data order starts from the beginning
         # of the sampler's stream; a resumed run skips what was trained.
-        self.dataloader.batch_sampler.skip(self._iter)
-        self.dataloader_iterator = type(self.dataloader_iterator)(
-            self.dataloader)
-        for _ in range(self._iter):
-            next(self.dataloader_iterator)
+        self.dataloader_iterator = self._iterate_from(
+            self._iter, type(self.dataloader_iterator))
         while self._iter < self._max_iters and not self.stop_training:
             self.runner.model.train()
             data_batch = next(self.dataloader_iterator)
             self._seed_iteration()
             self.run_iter(data_batch)
             self._decide_current_val_interval()
-            if (self.runner.val_loop is not None
-                    and self._iter >= self.val_begin
-                    and (self._iter % self.val_interval == 0
-                         or self._iter == self._max_iters)):
-                self.runner.val_loop.run()
+            self._validate_if_due(self._iter, self._max_iters)
         self.runner.call_hook('after_train_epoch')
         self.runner.call_hook('after_train')
         return self.runner.model
@@ -126,11 +135,7 @@ class EpochBasedTrainLoop(_Resumable, MMEngineEpochLoop):
             if not self.run_epoch():
                 break
             self._decide_current_val_interval()
-            if (self.runner.val_loop is not None
-                    and self._epoch >= self.val_begin
-                    and (self._epoch % self.val_interval == 0
-                         or self._epoch == self._max_epochs)):
-                self.runner.val_loop.run()
+            self._validate_if_due(self._epoch, self._max_epochs)
         self.runner.call_hook('after_train')
         return self.runner.model
 
@@ -138,13 +143,9 @@ class EpochBasedTrainLoop(_Resumable, MMEngineEpochLoop):
         """Iterate (the rest of) one epoch; False if stopped within it."""
         self.runner.call_hook('before_train_epoch')
         self.runner.model.train()
-        batches = self.dataloader.batch_sampler
-        batches.set_epoch(self._epoch)
+        self.dataloader.batch_sampler.set_epoch(self._epoch)
         done = self._iter - self._epoch * len(self.dataloader)
-        batches.skip(done)
-        iterator = iter(self.dataloader)
-        for _ in range(done):
-            next(iterator)
+        iterator = self._iterate_from(done, iter)
         for idx in range(done, len(self.dataloader)):
             data_batch = next(iterator)
             self._seed_iteration()

@@ -3,7 +3,7 @@ import os.path as osp
 import signal as signals
 
 import torch
-import torch.distributed as dist
+from mmengine.dist import all_reduce, barrier
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
@@ -123,11 +123,10 @@ class PreemptionHook(Hook):
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None) -> None:
-        received = self.received or 0
-        if dist.is_available() and dist.is_initialized():
-            flag = torch.tensor([received], dtype=torch.int64)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            received = int(flag)
+        # every rank learns the signal any rank received
+        flag = torch.tensor([self.received or 0], dtype=torch.int64)
+        all_reduce(flag, op='max')
+        received = int(flag)
         if not received:
             return
         name = signals.Signals(received).name
@@ -140,8 +139,7 @@ class PreemptionHook(Hook):
         if runner.rank == 0:
             AtomicLocalBackend().put_text(
                 path, osp.join(runner.work_dir, 'last_checkpoint'))
-        if dist.is_available() and dist.is_initialized():
-            dist.barrier()  # no rank exits while rank 0 writes
+        barrier()  # no rank exits while rank 0 writes
         runner.message_hub.update_info('preempted', name)
         runner.train_loop.stop_training = True
         print_log(f'{name} received: saved the state after iteration '

@@ -12,8 +12,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense.hooks import EXIT_PREEMPTED  # noqa: E402
 from xcit_dense.launch import (UserError, add_run_arguments,  # noqa: E402
-                               build_runner, check_inputs,
-                               checkpoint_to_resume, config_from_args,
+                               build_runner, check_inputs, config_from_args,
                                finish_distributed, run_cli)
 
 
@@ -60,10 +59,10 @@ def main():
                             'configuration file.')
 
     if args.resume == 'auto':
-        # the newest complete checkpoint of the work dir (a truncated newer
-        # one is skipped and named); none: start from the beginning
+        # check_inputs picks the newest complete checkpoint of the work dir
+        # (a truncated newer one is skipped and named); none: start afresh
         cfg.resume = True
-        cfg.load_from = checkpoint_to_resume(cfg.work_dir)
+        cfg.load_from = None
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume

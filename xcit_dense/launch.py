@@ -191,17 +191,23 @@ def check_inputs(cfg, training: bool) -> None:
         if init.get('type') == 'Pretrained':
             init['checkpoint'] = check_checkpoint(init.get('checkpoint'),
                                                   'pretrained checkpoint')
-        if cfg.get('load_from'):
+        checkpoint = None
+        if cfg.get('resume') and not cfg.get('load_from'):
+            # --resume without a path: the newest complete checkpoint of the
+            # work dir (none: the run starts from the beginning)
+            cfg.load_from, checkpoint = checkpoint_to_resume(cfg.work_dir)
+        elif cfg.get('load_from'):
             what = ('checkpoint to resume from' if cfg.get('resume') else
                     'checkpoint to start from (load_from)')
             cfg.load_from, checkpoint = read_checked(cfg.load_from, what)
-            if cfg.get('resume') and is_published(checkpoint):
-                raise UserError(
-                    f'Cannot resume from {cfg.load_from}: it is a published '
-                    'XCiT checkpoint (mmdet 2 / mmseg 0 layout) with no '
-                    'optimizer or scheduler state of this toolkit. Fine-tune '
-                    'from it with --cfg-options load_from=FILE (no --resume) '
-                    'or evaluate it with tools/test.py.')
+        if checkpoint is not None and cfg.get('resume') and \
+                is_published(checkpoint):
+            raise UserError(
+                f'Cannot resume from {cfg.load_from}: it is a published '
+                'XCiT checkpoint (mmdet 2 / mmseg 0 layout) with no '
+                'optimizer or scheduler state of this toolkit. Fine-tune '
+                'from it with --cfg-options load_from=FILE (no --resume) '
+                'or evaluate it with tools/test.py.')
 
 
 REQUIRED_HOOKS = ('CheckpointImportHook', 'PreemptionHook')
@@ -229,29 +235,31 @@ def complete_checkpoints(work_dir: str) -> List[str]:
     by decreasing number."""
     import re
     from mmengine.runner import find_latest_checkpoint
-    latest = find_latest_checkpoint(work_dir) if osp.isdir(work_dir) else None
+    if not osp.isdir(work_dir):
+        return []
     numbered = []
-    if osp.isdir(work_dir):
-        for name in os.listdir(work_dir):
-            m = re.fullmatch(r'(iter|epoch)_(\d+)\.pth', name)
-            if m:
-                numbered.append((m.group(1) == 'iter', int(m.group(2)),
-                                 osp.join(work_dir, name)))
+    for name in os.listdir(work_dir):
+        m = re.fullmatch(r'(iter|epoch)_(\d+)\.pth', name)
+        if m:
+            numbered.append((m.group(1) == 'iter', int(m.group(2)),
+                             osp.join(work_dir, name)))
     ordered = [p for *_, p in sorted(numbered, reverse=True)]
+    latest = find_latest_checkpoint(work_dir)
     if latest:
         ordered = [latest] + [p for p in ordered
                               if osp.abspath(p) != osp.abspath(latest)]
     return ordered
 
 
-def checkpoint_to_resume(work_dir: str) -> Optional[str]:
+def checkpoint_to_resume(work_dir: str
+                         ) -> Tuple[Optional[str], Optional[Mapping]]:
     """The newest complete checkpoint of ``work_dir`` (``--resume`` without
-    a path); a truncated or unreadable newer one is skipped and named."""
-    candidates = complete_checkpoints(work_dir)
+    a path) and its contents, ``(None, None)`` if there is none; a truncated
+    or unreadable newer one is skipped and named."""
     bad = []
-    for path in candidates:
+    for path in complete_checkpoints(work_dir):
         try:
-            read_checkpoint(path)
+            checkpoint = read_checkpoint(path)
         except (CheckpointError, FileNotFoundError) as e:
             bad.append((path, e))
             continue
@@ -259,12 +267,12 @@ def checkpoint_to_resume(work_dir: str) -> Optional[str]:
             print(f'The newest checkpoint {bad[0][0]} cannot be read '
                   f'({str(bad[0][1]).splitlines()[0]}); resuming from {path}, '
                   'the newest complete one.', flush=True)
-        return path
+        return path, checkpoint
     if bad:
         raise UserError(
             f'No checkpoint in {work_dir} can be resumed: '
             + '; '.join(f'{p} ({str(e).splitlines()[0]})' for p, e in bad))
-    return None
+    return None, None
 
 
 def adapt_to_machine(cfg) -> None:

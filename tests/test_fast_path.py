@@ -90,7 +90,7 @@ def test_inference_by_pieces_matches_reference():
         ref = reference(model, x)
         whole = model(x)
         with pieces.fixed_piece_tokens(7):
-            assert [(s.start, s.stop) for s in pieces.pieces(35, 8, 4)] == [
+            assert [(s.start, s.stop) for s in pieces.pieces(35, 8, x)] == [
                 (i, min(i + 7, 35)) for i in range(0, 35, 7)]
             by_pieces = model(x)
     assert_outputs_close(by_pieces, ref)
@@ -98,14 +98,19 @@ def test_inference_by_pieces_matches_reference():
 
 
 def test_pieces_sized_by_memory():
+    fp32 = torch.zeros(1)
     with torch.no_grad():
         # the MLP's hidden layer of S12: 4096 * 1536 * 4 B = 24 MiB
-        assert pieces.piece_tokens(100000, 1536, 4) == 4096
+        assert pieces.piece_tokens(100000, 1536, fp32) == 4096
         assert max(s.stop - s.start
-                   for s in pieces.pieces(100000, 1536, 4)) <= 4096
-        # XCA's temporaries are 384 wide
-        assert pieces.piece_tokens(100000, 384, 4) == 16384
-    assert pieces.piece_tokens(100000, 1536, 4) == 100000  # autograd
+                   for s in pieces.pieces(100000, 1536, fp32)) <= 4096
+        # XCA's temporaries are 384 wide; bf16 takes twice the tokens
+        assert pieces.piece_tokens(100000, 384, fp32) == 16384
+        assert pieces.piece_tokens(100000, 384, fp32.bfloat16()) == 32768
+        # CUDA's caching allocator keeps its blocks: no pieces
+        assert pieces.piece_tokens(100000, 1536,
+                                   torch.zeros(1, device='meta')) == 100000
+    assert pieces.piece_tokens(100000, 1536, fp32) == 100000  # autograd
 
 
 def test_eval_with_autograd_matches_reference():

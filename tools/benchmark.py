@@ -394,7 +394,7 @@ def _diff_to_reference(base: str, out, x) -> dict:
     to its largest value."""
     import torch
 
-    from xcit_dense.models.fast_path import fast_path
+    from xcit_dense.models.policy import fast_path
     reference = build_exportable(base)
     with torch.no_grad(), fast_path(False):
         refs = reference(x)

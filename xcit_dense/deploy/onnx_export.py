@@ -17,7 +17,7 @@ import torch.nn as nn
 
 from ..errors import ExportError, UserError
 from ..file_permissions import move_into_place
-from ..models.fast_path import fast_path
+from ..models.policy import fast_path
 from .graphs import fixed_size_modules
 
 #: largest difference allowed, relative to the largest value of the output

@@ -1,5 +1,5 @@
 from .backbone import XCiT
-from .fast_path import fast_path, set_fast_path
+from .policy import fast_path, set_fast_path
 from .presets import ARCH_SETTINGS
 
 __all__ = ['ARCH_SETTINGS', 'XCiT', 'fast_path', 'set_fast_path']

@@ -25,6 +25,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..registry import MODELS
 from .block import XCABlock
+from .policy import check_setting as check_fast_path_setting
+from .policy import compile_options
 from .positional_encoding import CachedFourierEncoding
 from .presets import (DEFAULT_ARCH, OUT_STRIDES, check_out_indices,
                       check_training_args, resolve_arch)
@@ -75,17 +77,23 @@ class XCiT(BaseModule):
             Defaults to False.
         with_cp (bool): Gradient checkpointing of the blocks: less memory,
             same gradients, more compute. Defaults to False.
-        compile_cfg (bool | dict, optional): Compile the backbone's forward
-            with ``torch.compile`` on its first call: ``True`` for the
-            defaults or a dict of ``torch.compile`` arguments (``mode``,
-            ``dynamic``, ``backend``, ...). Defaults to None (eager).
+        compile_cfg (bool | str | dict, optional): Compile the backbone's
+            forward with ``torch.compile`` on its first call: ``True`` for
+            the defaults, a dict of ``torch.compile`` arguments (``mode``,
+            ``dynamic``, ``backend``, ...), or ``'auto'``: compiled where
+            the measured policy says it pays, with its arguments
+            (``xcit_dense.models.policy.COMPILE``: on CUDA with dynamic
+            shapes), eager elsewhere (the CPU). The recipes use ``'auto'``.
+            Defaults to None (eager).
         autocast_dtype (str, optional): ``'bfloat16'`` or ``'float16'``:
             run the backbone under ``torch.autocast`` of the input's device
             and return float32 maps, so the neck and heads stay in fp32 (on
             CPU, mmcv's NMS takes fp32 only). Defaults to None (the dtype
             of the caller: fp32, or the autocast already active).
-        fast_path (bool): Let the modules take their fast paths (see
-            :mod:`xcit_dense.models.fast_path`); ``False`` runs the
+        fast_path (bool | str): ``True``: each module takes its fast path
+            where the measured policy says it pays on the input's device
+            (:data:`xcit_dense.models.policy.POLICY`; on the CPU always);
+            ``'always'``: wherever it can run; ``False``: the
             straightforward computation everywhere, with the same parameters
             and, in fp32, the same outputs to 1e-4. Defaults to True.
         init_cfg (dict, optional): mmengine initialisation config.
@@ -116,9 +124,9 @@ class XCiT(BaseModule):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 compile_cfg: Union[bool, dict, None] = None,
+                 compile_cfg: Union[bool, str, dict, None] = None,
                  autocast_dtype: Optional[str] = None,
-                 fast_path: bool = True,
+                 fast_path: Union[bool, str] = True,
                  init_cfg: Optional[dict] = None):
         settings = resolve_arch(
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
@@ -139,6 +147,7 @@ class XCiT(BaseModule):
         self.autocast_dtype = autocast_dtype
         self.compile_cfg = (None if compile_cfg is None or compile_cfg is
                             False else {} if compile_cfg is True else
+                            compile_cfg if compile_cfg == 'auto' else
                             dict(compile_cfg))
 
         self.patch_embed = ConvPatchEmbed(
@@ -176,11 +185,11 @@ class XCiT(BaseModule):
     def grad_checkpointing(self) -> bool:
         return any(getattr(blk, 'with_cp', False) for blk in self.blocks)
 
-    def set_fast_path(self, enabled: bool = True) -> None:
-        """Allow or forbid the fast path of every part of this model (the
-        ``fast_path`` argument); :func:`xcit_dense.fast_path` switches all
-        models at once."""
-        self.fast_path = bool(enabled)
+    def set_fast_path(self, enabled: Union[bool, str] = True) -> None:
+        """The fast-path switch of every part of this model (the
+        ``fast_path`` argument: ``True``, ``'always'`` or ``False``);
+        :func:`xcit_dense.fast_path` switches all models at once."""
+        self.fast_path = check_fast_path_setting(enabled)
         for module in self.modules():
             if hasattr(module, 'use_fast_path'):
                 module.use_fast_path = self.fast_path
@@ -205,15 +214,23 @@ class XCiT(BaseModule):
 
     def _forward_maybe_compiled(
             self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        if self.compile_cfg is not None and \
-                not torch.compiler.is_compiling():
+        options = self.compile_options(x.device.type)
+        if options is not None and not torch.compiler.is_compiling():
             compiled = self.__dict__.get('_compiled_forward')
             if compiled is None:  # compiled lazily, on the first call
                 compiled = torch.compile(type(self)._forward_pyramid,
-                                         **self.compile_cfg)
+                                         **options)
                 self.__dict__['_compiled_forward'] = compiled
             return compiled(self, x)
         return self._forward_pyramid(x)
+
+    def compile_options(self, device_type: str) -> Optional[dict]:
+        """The ``torch.compile`` arguments of a forward on
+        ``device_type``, or ``None`` (eager): ``compile_cfg``, with
+        ``'auto'`` resolved by the policy."""
+        if self.compile_cfg == 'auto':
+            return compile_options(device_type)
+        return self.compile_cfg
 
     def _forward_pyramid(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         H, W = x.shape[-2:]

@@ -8,7 +8,7 @@ import torch.nn as nn
 from timm.layers import DropPath
 from torch.utils.checkpoint import checkpoint
 
-from . import fast_path
+from . import policy
 from .lpi import LPI
 from .mlp import Mlp
 from .xca import XCA
@@ -63,7 +63,7 @@ class XCABlock(nn.Module):
         return self._forward(x, H, W)
 
     def _forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:
-        if self._fast_path_applies():
+        if self._fast_path_applies(x):
             x = self.attn.residual_forward(x, self.norm1, self.gamma1,
                                            self.drop_path1)
             x = self.local_mp.residual_forward(x, H, W, self.norm3,
@@ -75,7 +75,7 @@ class XCABlock(nn.Module):
                                                             H, W))
         return x + self.drop_path2(self.gamma2 * self.mlp(self.norm2(x)))
 
-    def _fast_path_applies(self) -> bool:
-        return fast_path.applies(self, XCABlock) and \
+    def _fast_path_applies(self, x: torch.Tensor) -> bool:
+        return policy.applies(self, XCABlock, x) and \
             type(self.attn) is XCA and type(self.local_mp) is LPI and \
             type(self.mlp) is Mlp

@@ -6,9 +6,10 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from timm.models.xcit import LPI as TimmLPI
 
-from . import fast_path
+from . import policy
 from .ops import onednn
 from .ops.folding import fold_scale
+from .ops.grad_layout import with_own_grad_layout
 
 
 class LPI(TimmLPI):
@@ -20,7 +21,9 @@ class LPI(TimmLPI):
     run on a channels-last *view* of the (B, N, C) tokens (no NCHW copies),
     with the activation fused into the first on oneDNN; in
     :meth:`residual_forward` the layer scale is folded into the second and,
-    in inference, the residual added inside it.
+    in inference, the residual added inside it. The weights' gradients come
+    back in the parameters' own strides (:mod:`.ops.grad_layout`), as
+    DistributedDataParallel's buckets expect.
     """
     use_fast_path = True
 
@@ -32,7 +35,7 @@ class LPI(TimmLPI):
 
     def forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:
         """(B, N, C) tokens of an H x W grid -> (B, N, C)."""
-        if self._fast_path_applies():
+        if self._fast_path_applies(x):
             return self._channels_last(x, H, W)
         B, N, C = x.shape
         x = x.permute(0, 2, 1).reshape(B, C, H, W)
@@ -44,14 +47,14 @@ class LPI(TimmLPI):
                          drop_path: nn.Module) -> torch.Tensor:
         """``x + drop_path(gamma * self(norm(x), H, W))``: the local branch
         of a block."""
-        if self._fast_path_applies():
+        if self._fast_path_applies(x):
             return self._channels_last(norm(x), H, W, gamma, x, drop_path)
         return x + drop_path(gamma * self(norm(x), H, W))
 
-    def _fast_path_applies(self) -> bool:
-        return fast_path.applies(self, LPI) and \
-            fast_path.is_plain_conv(self.conv1) and \
-            fast_path.is_plain_conv(self.conv2)
+    def _fast_path_applies(self, x: torch.Tensor) -> bool:
+        return policy.applies(self, LPI, x) and \
+            policy.is_plain_conv(self.conv1) and \
+            policy.is_plain_conv(self.conv2)
 
     def _channels_last(self, y: torch.Tensor, H: int, W: int,
                        gamma: Optional[torch.Tensor] = None,
@@ -60,18 +63,19 @@ class LPI(TimmLPI):
         """LPI of (B, N, C) tokens ``y`` on their channels-last view; with
         ``residual``, ``residual + drop_path(gamma * LPI(y))``."""
         B, N, C = y.shape
-        live = residual is not None and not fast_path.is_inactive(drop_path)
+        live = residual is not None and not policy.is_inactive(drop_path)
         backend = onednn.select_backend(y, stochastic=live)
         y = y.reshape(B, H, W, C).permute(0, 3, 1, 2)  # NCHW, channels-last
         conv1, conv2 = self.conv1, self.conv2
-        act = 'gelu' if fast_path.is_exact_gelu(self.act) else None
-        y = onednn.conv2d(y, conv1.weight, conv1.bias, conv1.stride,
-                          conv1.padding, conv1.groups, act=act,
+        act = 'gelu' if policy.is_exact_gelu(self.act) else None
+        y = onednn.conv2d(y, with_own_grad_layout(conv1.weight), conv1.bias,
+                          conv1.stride, conv1.padding, conv1.groups, act=act,
                           backend=backend)
         if act is None:
             y = self.act(y)
         y = self.bn(y)
-        weight, bias = fold_scale(conv2.weight, conv2.bias, gamma)
+        weight, bias = fold_scale(with_own_grad_layout(conv2.weight),
+                                  conv2.bias, gamma)
         args = (conv2.stride, conv2.padding, conv2.groups)
         if residual is not None and backend == 'fused':
             x_map = residual.reshape(B, H, W, C).permute(0, 3, 1, 2)

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 from timm.layers import Mlp as TimmMlp
 
-from . import fast_path
+from . import policy
 from .ops import onednn, pieces
 from .ops.folding import fold_scale
 
@@ -23,7 +23,7 @@ class Mlp(TimmMlp):
     use_fast_path = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._fast_path_applies():
+        if self._fast_path_applies(x):
             return self._fused(x)
         x = self.drop1(self.act(self.fc1(x)))
         return self.drop2(self.fc2(self.norm(x)))
@@ -33,12 +33,12 @@ class Mlp(TimmMlp):
                          drop_path: nn.Module) -> torch.Tensor:
         """``x + drop_path(gamma * self(norm(x)))``: the MLP branch of a
         block."""
-        if self._fast_path_applies() and type(norm) is nn.LayerNorm:
+        if self._fast_path_applies(x) and type(norm) is nn.LayerNorm:
             return self._fused(x, norm, gamma, drop_path)
         return x + drop_path(gamma * self(norm(x)))
 
-    def _fast_path_applies(self) -> bool:
-        return fast_path.applies(self, Mlp) and \
+    def _fast_path_applies(self, x: torch.Tensor) -> bool:
+        return policy.applies(self, Mlp, x) and \
             type(self.fc1) is nn.Linear and type(self.fc2) is nn.Linear
 
     def _fused(self, x: torch.Tensor, norm: Optional[nn.Module] = None,
@@ -49,12 +49,12 @@ class Mlp(TimmMlp):
         B, N, _ = x.shape
         residual = norm is not None
         fc1, fc2 = self.fc1, self.fc2
-        act = 'gelu' if fast_path.is_exact_gelu(self.act) else None
+        act = 'gelu' if policy.is_exact_gelu(self.act) else None
         w2, b2 = fold_scale(fc2.weight, fc2.bias, gamma)
-        dropout_off = fast_path.is_inactive(self.drop1) and \
-            fast_path.is_inactive(self.drop2)
+        dropout_off = policy.is_inactive(self.drop1) and \
+            policy.is_inactive(self.drop2)
         live = not dropout_off or (
-            residual and not fast_path.is_inactive(drop_path))
+            residual and not policy.is_inactive(drop_path))
         backend = onednn.select_backend(x, stochastic=live)
         # fc1, GELU, fc2 as one kernel call (one autograd function)
         one_call = act is not None and dropout_off and \
@@ -84,6 +84,5 @@ class Mlp(TimmMlp):
                 return y
             return xs + drop_path(y)
 
-        return pieces.assemble(x, pieces.pieces(N, fc1.out_features,
-                                                x.element_size()),
+        return pieces.assemble(x, pieces.pieces(N, fc1.out_features, x),
                                fc2.out_features, output)

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 from timm.models.xcit import PositionalEncodingFourier
 
-from . import fast_path
+from . import policy
 
 
 class CachedFourierEncoding(PositionalEncodingFourier):
@@ -31,7 +31,7 @@ class CachedFourierEncoding(PositionalEncodingFourier):
     def forward(self, B: int, H: int, W: int) -> torch.Tensor:
         """The (B, dim, H, W) encoding of an H x W token grid."""
         weight = self.token_projection.weight
-        if fast_path.applies(self, CachedFourierEncoding) and \
+        if policy.applies(self, CachedFourierEncoding, weight) and \
                 type(self.token_projection) is nn.Conv2d and \
                 not torch.compiler.is_compiling():
             feats = self.cached_features(H, W, weight.device, weight.dtype)

@@ -82,7 +82,7 @@ def check_out_indices(out_indices: Optional[Sequence[int]],
 
 
 def check_training_args(frozen_stages: int, last_block: int,
-                        compile_cfg: Union[bool, dict, None],
+                        compile_cfg: Union[bool, str, dict, None],
                         autocast_dtype: Optional[str],
                         init_cfg: Optional[dict]) -> None:
     """The remaining arguments of :class:`~xcit_dense.XCiT`."""
@@ -91,10 +91,12 @@ def check_training_args(frozen_stages: int, last_block: int,
             f'frozen_stages must be in [-1, {last_block + 1}] (-1: '
             f'none, 0: stem, k: stem and the first k blocks), got '
             f'{frozen_stages!r}')
-    if compile_cfg is not None and not isinstance(compile_cfg, (bool, dict)):
+    if compile_cfg is not None and compile_cfg != 'auto' and \
+            not isinstance(compile_cfg, (bool, dict)):
         raise ValueError(
-            f'compile_cfg must be None, a bool or a dict of '
-            f'torch.compile arguments, got {type(compile_cfg).__name__}')
+            f"compile_cfg must be None, a bool, 'auto' (compiled where the "
+            f'fast-path policy says it pays: CUDA) or a dict of '
+            f'torch.compile arguments, got {compile_cfg!r}')
     if autocast_dtype not in AUTOCAST_DTYPES:
         raise ValueError(
             f'autocast_dtype must be one of {AUTOCAST_DTYPES}, got '

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 
-from . import fast_path
+from . import policy
 from .ops import onednn
 from .ops.folding import fold_batchnorm
 from .ops.upsample import upsample2x
@@ -43,20 +43,20 @@ class TransposedConvUpsampler(nn.Sequential):
         return cls(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._fast_path_applies():
+        if self._fast_path_applies(x):
             return self._token_gemms(x)
         for layer in self:
             x = layer(x)
         return x
 
-    def _fast_path_applies(self) -> bool:
+    def _fast_path_applies(self, x: torch.Tensor) -> bool:
         """Exactly this class, and still (transposed 2x2 stride-2 conv, any
         norm, any activation, ...) ending with a transposed conv."""
-        if not fast_path.applies(self, TransposedConvUpsampler) or \
+        if not policy.applies(self, TransposedConvUpsampler, x) or \
                 len(self) % 3 != 1:
             return False
         return all(type(up) is nn.ConvTranspose2d
-                   and fast_path.is_plain_conv(up)
+                   and policy.is_plain_conv(up)
                    and up.kernel_size == up.stride == (2, 2)
                    and up.padding == up.output_padding == (0, 0)
                    and up.groups == 1 and up.bias is not None
@@ -77,7 +77,7 @@ class TransposedConvUpsampler(nn.Sequential):
                                         layers[i + 1])
                 if folded is not None:
                     weight, bias = folded[0].transpose(0, 1), folded[1]
-                    if fast_path.is_exact_gelu(layers[i + 2]):
+                    if policy.is_exact_gelu(layers[i + 2]):
                         act = 'gelu'
             x = upsample2x(x, weight, bias, act, H, W, nchw=last,
                            backend=backend)

@@ -6,7 +6,7 @@ import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from timm.models.xcit import ConvPatchEmbed as TimmConvPatchEmbed
 
-from . import fast_path
+from . import policy
 from .ops import onednn
 from .ops.folding import fold_batchnorm
 
@@ -35,21 +35,21 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
 
     def forward(self, x: torch.Tensor
                 ) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        if self._fast_path_applies():
+        if self._fast_path_applies(x):
             return self._channels_last(x)
         x = self.proj(x)
         Hp, Wp = x.shape[2], x.shape[3]
         return x.flatten(2).transpose(1, 2), (Hp, Wp)
 
-    def _fast_path_applies(self) -> bool:
+    def _fast_path_applies(self, x: torch.Tensor) -> bool:
         """Exactly this class, and ``proj`` still the (conv, norm) pairs with
         one module between consecutive pairs."""
         proj = self.proj
-        if not fast_path.applies(self, ConvPatchEmbed) or \
+        if not policy.applies(self, ConvPatchEmbed, x) or \
                 type(proj) is not nn.Sequential or len(proj) % 2 != 1:
             return False
         return all(type(pair) is nn.Sequential and len(pair) == 2 and
-                   fast_path.is_plain_conv(pair[0])
+                   policy.is_plain_conv(pair[0])
                    and type(pair[0]) is nn.Conv2d
                    for pair in self.proj[0::2])
 
@@ -62,7 +62,7 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
             conv, norm = layers[i]
             act_layer = layers[i + 1] if i + 1 < len(layers) else None
             act = 'gelu' if act_layer is not None and \
-                fast_path.is_exact_gelu(act_layer) else None
+                policy.is_exact_gelu(act_layer) else None
             folded = fold_batchnorm(conv.weight, conv.bias, norm)
             if folded is None:  # batch statistics, or another norm
                 x = norm(conv(x))

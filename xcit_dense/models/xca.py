@@ -6,7 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.models.xcit import XCA as TimmXCA
 
-from . import fast_path
+from . import policy
 from .ops import onednn, pieces, second_moments
 
 
@@ -27,7 +27,7 @@ class XCA(TimmXCA):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, N, C) tokens -> (B, N, C)."""
-        if self._fast_path_applies():
+        if self._fast_path_applies(x):
             return self._from_second_moments(x)
         B, N, C = x.shape
         heads = self.num_heads
@@ -46,12 +46,12 @@ class XCA(TimmXCA):
                          drop_path: nn.Module) -> torch.Tensor:
         """``x + drop_path(gamma * self(norm(x)))``: the attention branch of
         a block."""
-        if self._fast_path_applies() and type(norm) is nn.LayerNorm:
+        if self._fast_path_applies(x) and type(norm) is nn.LayerNorm:
             return self._from_second_moments(x, norm, gamma, drop_path)
         return x + drop_path(gamma * self(norm(x)))
 
-    def _fast_path_applies(self) -> bool:
-        return fast_path.applies(self, XCA) and \
+    def _fast_path_applies(self, x: torch.Tensor) -> bool:
+        return policy.applies(self, XCA, x) and \
             type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear
 
     def _from_second_moments(self, x: torch.Tensor,
@@ -65,10 +65,10 @@ class XCA(TimmXCA):
         branch ``x + drop_path(gamma * XCA(norm(x)))``."""
         B, N, C = x.shape
         residual = norm is not None
-        live = not fast_path.is_inactive(self.proj_drop) or (
-            residual and not fast_path.is_inactive(drop_path))
+        live = not policy.is_inactive(self.proj_drop) or (
+            residual and not policy.is_inactive(drop_path))
         backend = onednn.select_backend(x, stochastic=live)
-        ranges = pieces.pieces(N, C, x.element_size())  # C-wide temporaries
+        ranges = pieces.pieces(N, C, x)  # C-wide temporaries
 
         def normed(sl: slice) -> torch.Tensor:
             return norm(x[:, sl]) if residual else x[:, sl]

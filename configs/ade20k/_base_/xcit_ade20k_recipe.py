@@ -18,6 +18,9 @@ xcit_backbone = dict(
     arch='small_12_p16',
     drop_path_rate=0.05,
     eta=1.0,
+    # torch.compile with dynamic shapes on GPUs (whole-image test sizes vary),
+    # eager on the CPU: the measured policy of xcit_dense/models/policy.py.
+    compile_cfg='auto',
     init_cfg=dict(
         type='Pretrained',
         checkpoint='https://dl.fbaipublicfiles.com/xcit/'

@@ -19,6 +19,10 @@ model = dict(
         eta=1.0,
         # out_indices default to the published taps: (3, 5, 7, 11) for depth
         # 12, (7, 11, 15, 23) for depth 24.
+        # torch.compile with dynamic shapes on GPUs (multi-scale training
+        # changes the size every batch), eager on the CPU: the measured
+        # policy of xcit_dense/models/policy.py.
+        compile_cfg='auto',
         init_cfg=dict(
             type='Pretrained',
             checkpoint='https://dl.fbaipublicfiles.com/xcit/'

@@ -4,8 +4,10 @@ Without autograd, the token-wise layers run on pieces of tokens whose largest
 temporary stays within :data:`PIECE_MIB`: glibc hands larger blocks back to
 the OS on every free, and they are page-faulted in again on the next call
 (filling a fresh 4200 x 1536 fp32 tensor: 38 ms, 3.8 ms with glibc's mmap
-threshold raised). With autograd (or under ``torch.compile``) a layer runs on
-all its tokens at once.
+threshold raised). With autograd, under ``torch.compile`` or on a device
+other than the CPU (CUDA's caching allocator keeps freed blocks, and smaller
+pieces would only launch more kernels) a layer runs on all its tokens at
+once.
 """
 from contextlib import contextmanager
 from typing import Callable, Iterator, List, Optional
@@ -17,21 +19,31 @@ PIECE_MIB: float = 24
 _fixed_tokens: Optional[int] = None
 
 
-def piece_tokens(n: int, width: int, element_size: int) -> int:
-    """Tokens per piece of a layer whose widest temporary has ``width``
-    channels of ``element_size`` bytes per token (all ``n`` when autograd
-    records or a compiler traces)."""
-    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+def in_pieces(x: torch.Tensor) -> bool:
+    """Layers on ``x`` run by pieces: eager inference on the CPU."""
+    return not (torch.is_grad_enabled() or torch.compiler.is_compiling()
+                or x.device.type != 'cpu')
+
+
+def piece_tokens(n: int, width: int, x: torch.Tensor) -> int:
+    """Tokens per piece of a layer on ``x`` whose widest temporary has
+    ``width`` channels of ``x``'s dtype per token (all ``n`` unless
+    :func:`in_pieces`)."""
+    if not in_pieces(x):
         return n
     if _fixed_tokens:
         return _fixed_tokens
-    return max(1, int(PIECE_MIB * 2**20) // (width * element_size))
+    return max(1, int(PIECE_MIB * 2**20) // (width * x.element_size()))
 
 
-def pieces(n: int, width: int, element_size: int) -> List[slice]:
-    """Ranges of ``n`` tokens processed one at a time: equal pieces of at
-    most :func:`piece_tokens`."""
-    count = -(-n // piece_tokens(n, width, element_size))
+def pieces(n: int, width: int, x: torch.Tensor) -> List[slice]:
+    """Ranges of ``n`` tokens of ``x`` processed one at a time: equal pieces
+    of at most :func:`piece_tokens` (one range, written without a loop over
+    ``n``, unless :func:`in_pieces`: a compiler tracing with dynamic shapes
+    would otherwise specialise the graph to ``n``)."""
+    if not in_pieces(x):
+        return [slice(0, n)]
+    count = -(-n // piece_tokens(n, width, x))
     size = -(-n // count)
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 

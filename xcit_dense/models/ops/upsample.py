@@ -6,12 +6,12 @@ Each input token produces a 2 x 2 patch of output pixels: ``x W`` with
 them to their places. Without autograd the GEMM runs by bands of rows (see
 :mod:`.pieces`).
 """
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
 from . import onednn
-from .pieces import piece_tokens
+from .pieces import in_pieces, piece_tokens
 
 
 def upsample2x(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
@@ -33,10 +33,7 @@ def upsample2x(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
         b_vec = bias.repeat(4)
         out = x.new_empty(B, 4 * H * W, C_out)
         dst = out.view(B, H, 2, W, 2, C_out)
-    tokens = piece_tokens(H * W, 4 * C_out, x.element_size())
-    rows = max(1, min(H, tokens // W))
-    for r in range(0, H, rows):
-        band = slice(r, min(r + rows, H))
+    for band in _bands(H, W, 4 * C_out, x):
         y = onednn.linear(x[:, band.start * W:band.stop * W], w_mat, b_vec,
                           act=act, backend=backend)
         R = band.stop - band.start
@@ -69,15 +66,22 @@ def _upsample2x_nchw(x: torch.Tensor, weight: torch.Tensor,
     out = x.new_empty(B, C_out, 2 * H, 2 * W)
     dst = out.view(B, C_out, H, 2, W, 2)
     bias = bias.view(C_out, 1, 1, 1)
-    tokens = piece_tokens(H * W, 4 * C_out, x.element_size())
-    rows = max(1, min(H, tokens // W))
     for b in range(B):
-        for r in range(0, H, rows):
-            band = slice(r, min(r + rows, H))
-            y = onednn.linear(w_mat, x[b, r * W:band.stop * W], None,
+        for band in _bands(H, W, 4 * C_out, x):
+            y = onednn.linear(w_mat, x[b, band.start * W:band.stop * W], None,
                               backend=backend)
-            y = y.view(C_out, 2, 2, band.stop - r, W)
+            y = y.view(C_out, 2, 2, band.stop - band.start, W)
             for kx in range(2):  # (C_out, rows, ky, W), W stride 2
                 torch.add(y[:, :, kx].transpose(1, 2), bias,
                           out=dst[b, :, band, :, :, kx])
     return out
+
+
+def _bands(H: int, W: int, width: int, x: torch.Tensor) -> List[slice]:
+    """Bands of rows of an H x W token map processed one at a time (all rows
+    at once unless :func:`.pieces.in_pieces`, without a loop over ``H``
+    that a compiler with dynamic shapes would specialise)."""
+    if not in_pieces(x):
+        return [slice(0, H)]
+    rows = max(1, min(H, piece_tokens(H * W, width, x) // W))
+    return [slice(r, min(r + rows, H)) for r in range(0, H, rows)]

@@ -1,0 +1,196 @@
+"""Where the fast paths run: the measured policy, its switches and its
+branches, and ``compile_cfg='auto'``.
+
+Every branch is decided by ``xcit_dense.models.policy`` from the input's
+device and whether ``torch.compile`` traces. The CPU runs here; the CUDA
+column is checked as a table here and on a GPU by ``tests/test_cuda.py``.
+Modules are observed through the method each fast path calls.
+"""
+import pytest
+import torch
+
+from test_fast_path import assert_outputs_close, randomized, reference
+from xcit_dense import XCiT, fast_path
+from xcit_dense.models import policy
+from xcit_dense.models.block import XCABlock
+from xcit_dense.models.lpi import LPI
+from xcit_dense.models.mlp import Mlp
+from xcit_dense.models.positional_encoding import CachedFourierEncoding
+from xcit_dense.models.pyramid import TransposedConvUpsampler
+from xcit_dense.models.stem import ConvPatchEmbed
+from xcit_dense.models.xca import XCA
+
+#: each part and the method only its fast path calls
+FAST_METHODS = {
+    ConvPatchEmbed: '_channels_last',
+    CachedFourierEncoding: 'cached_features',
+    XCA: '_from_second_moments',
+    LPI: '_channels_last',
+    Mlp: '_fused',
+    XCABlock: None,  # its fast path calls the branches' residual_forward
+    TransposedConvUpsampler: '_token_gemms',
+}
+X = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(2))
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """Which parts took their fast path: a set filled by spies."""
+    seen = set()
+    for cls, method in FAST_METHODS.items():
+        if method is None:
+            continue
+        original = getattr(cls, method)
+
+        def spy(self, *args, _cls=cls, _original=original, **kwargs):
+            seen.add(_cls.__name__)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(cls, method, spy)
+    original_residual = XCA.residual_forward
+
+    def block_spy(self, x, norm, *args):
+        # the block's fast path hands its norm to the branch
+        seen.add('XCABlock')
+        return original_residual(self, x, norm, *args)
+    monkeypatch.setattr(XCA, 'residual_forward', block_spy)
+    return seen
+
+
+def test_policy_names_every_part_with_a_fast_path():
+    assert set(policy.POLICY) == {cls.__name__ for cls in FAST_METHODS}
+    for cls in FAST_METHODS:
+        assert cls.use_fast_path is True, cls
+
+
+def test_cpu_takes_every_fast_path_eager_and_compiled():
+    for part in policy.POLICY:
+        assert policy.pays(part, 'cpu', compiling=False)
+        assert policy.pays(part, 'cpu', compiling=True)
+
+
+def test_cuda_column():
+    """Eager CUDA is launch-bound at detection sizes: only the positional
+    encoding's cache, which skips work, runs there; compiled, every fast
+    path."""
+    eager = {p for p in policy.POLICY if policy.pays(p, 'cuda', False)}
+    assert eager == {'CachedFourierEncoding'}
+    assert all(policy.pays(p, 'cuda', True) for p in policy.POLICY)
+
+
+def test_unmeasured_device_takes_no_fast_path():
+    assert not any(policy.pays(p, 'mps', c) for p in policy.POLICY
+                   for c in (False, True))
+    assert not policy.pays('Unknown', 'cpu', False)
+
+
+def test_every_part_follows_its_own_row(taken, monkeypatch):
+    """Each module asks the policy under its own name: with one part's CPU
+    entry emptied, exactly that part runs its straightforward computation,
+    and the outputs stay the reference's."""
+    model = randomized().eval()
+    with torch.no_grad():
+        ref = reference(model, X)
+        model(X)
+    assert taken == set(policy.POLICY)
+    for part in policy.POLICY:
+        taken.clear()
+        with monkeypatch.context() as patch, torch.no_grad():
+            patch.setitem(policy.POLICY, part,
+                          dict(policy.POLICY[part], cpu=frozenset()))
+            out = model(X)
+        assert taken == set(policy.POLICY) - {part}, part
+        assert_outputs_close(out, ref)
+
+
+def test_setting_always_runs_where_the_policy_says_no(taken, monkeypatch):
+    monkeypatch.setattr(policy, 'POLICY', {
+        part: dict(row, cpu=frozenset()) for part, row in
+        policy.POLICY.items()})
+    model = randomized().eval()
+    with torch.no_grad():
+        ref = model(X)  # True: the policy's CPU column is empty now
+        assert taken == set()
+        with fast_path('always'):
+            out = model(X)
+    assert taken == set(policy.POLICY)
+    assert_outputs_close(out, ref)
+    taken.clear()
+    model.set_fast_path('always')
+    with torch.no_grad():
+        model(X)
+        assert taken == set(policy.POLICY)
+        taken.clear()
+        with fast_path(False):  # False wins over 'always'
+            model(X)
+    assert taken == set()
+
+
+def test_settings_combine():
+    assert policy.combined(True, True) is True
+    assert policy.combined(True, 'always') == 'always'
+    assert policy.combined('always', False) is False
+    assert policy.combined(False, True) is False
+
+
+@pytest.mark.parametrize('value', ['yes', 1, None, 'auto'])
+def test_bad_settings_are_refused(value):
+    with pytest.raises(ValueError, match="fast_path must be True .*'always'"):
+        XCiT('nano_12_p16', fast_path=value)
+    with pytest.raises(ValueError, match='fast_path must be True'):
+        policy.set_fast_path(value)
+
+
+def test_compile_auto_is_eager_on_the_cpu_and_dynamic_on_cuda():
+    model = randomized(compile_cfg='auto').eval()
+    assert model.compile_options('cpu') is None
+    assert model.compile_options('cuda') == dict(dynamic=True)
+    assert model.compile_options('mps') is None
+    with torch.no_grad():
+        assert_outputs_close(model(X), reference(model, X))
+    assert '_compiled_forward' not in model.__dict__  # eager
+    explicit = randomized(compile_cfg=dict(mode='max-autotune'))
+    assert explicit.compile_options('cpu') == dict(mode='max-autotune')
+
+
+def test_recipes_compile_where_the_policy_says():
+    from mmengine.config import Config
+    for path in ('configs/coco/mask_rcnn_xcit_s12_p16_3x_coco.py',
+                 'configs/ade20k/upernet_xcit_s12_p16_160k_ade20k.py',
+                 'configs/ade20k/sem_fpn_xcit_s12_p16_80k_ade20k.py'):
+        cfg = Config.fromfile(path)
+        assert cfg.model.backbone.compile_cfg == 'auto', path
+
+
+def test_dynamic_compile_traces_once_for_several_sizes():
+    """``dynamic=True`` (what 'auto' uses on CUDA): multi-scale training's
+    changing sizes reuse one graph instead of one compile per size. Traced
+    by dynamo alone (a backend that runs the traced graph as it is): its
+    guards decide this, not the code generator."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    model = randomized(compile_cfg=dict(dynamic=True, fullgraph=True,
+                                        backend=backend)).train()
+    # token grids of even sides, as mmdet's padding to 32 gives: the
+    # pyramid's ceil-mode max-pooling specialises a graph to the parity of
+    # the grid (at most four graphs for odd sizes)
+    for h, w in ((64, 96), (96, 128), (128, 64)):
+        sum(o.sum() for o in model(torch.randn(2, 3, h, w))).backward()
+    assert len(graphs) == 1, f'{len(graphs)} compilations for 3 sizes'
+
+
+def test_lpi_weight_gradients_in_the_parameters_strides():
+    """The channels-last fast path hands the depth-wise weights' gradients
+    back in the parameters' own strides, as DistributedDataParallel's
+    buckets expect (else it copies them every step and warns 'Grad strides
+    do not match bucket view strides')."""
+    model = randomized().train()
+    with fast_path('always'):
+        sum(o.sum() for o in model(X)).backward()
+    for name, p in model.named_parameters():
+        assert p.grad.stride() == p.stride(), (name, p.grad.stride(),
+                                               p.stride())

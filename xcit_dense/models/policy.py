@@ -1,0 +1,169 @@
+"""When a module takes its fast computation instead of the straightforward
+one: the switches and the measured policy, in one place.
+
+Every module of the backbone that has a fast path (stem, positional encoding,
+XCA, LPI, MLP, block, pyramid up-sampler) keeps its straightforward
+computation beside it in the same ``forward`` and takes the fast one only
+when :func:`applies` says so:
+
+1. the switches allow it, globally and for that module (see below);
+2. the module is exactly the class the fast path was written for (a
+   subclass, a wrapper or a replacement runs its own ``forward``);
+3. with the default setting ``True``, :data:`POLICY` says the fast path pays
+   for that part on the input's device, eagerly or under ``torch.compile``;
+
+and the module then checks its own parts and state (exact child types,
+dropout that is really inactive, ...) before it uses them.
+
+Switch values: ``True`` (default) where :data:`POLICY` says it pays;
+``'always'`` wherever it can run, whatever the device (for tests and
+measurements); ``False`` never (the straightforward computation
+everywhere). Set them with
+
+* ``XCiT(fast_path=...)`` (a config key) or ``model.set_fast_path(...)`` for
+  one model; each module's ``use_fast_path`` attribute for one module;
+* :func:`set_fast_path` globally, or ``with fast_path(...):`` for a block of
+  code (tests, ``tools/benchmark.py``'s ``@reference`` rows).
+
+``False`` wins over ``'always'``, which wins over ``True``.
+"""
+from contextlib import contextmanager
+from typing import Dict, FrozenSet, Iterator, Optional, Union
+
+import torch
+import torch.nn as nn
+from timm.layers import DropPath
+
+Setting = Union[bool, str]
+
+EAGER, COMPILED = 'eager', 'compiled'
+_BOTH = frozenset({EAGER, COMPILED})
+_COMPILED = frozenset({COMPILED})
+
+#: Where each part's fast path runs with the default setting ``True``: per
+#: device type, the modes (``'eager'``, ``'compiled'``: under
+#: ``torch.compile``) in which it was measured faster than the straightforward
+#: computation. A device type not listed runs the straightforward
+#: computation (nothing was measured there). The measurements: README
+#: "Where the fast paths run" (CPU: ``tools/benchmark.py``; CUDA:
+#: ``docs/benchmark/gpu/policy_probe.py`` and ``make gpu-report``).
+#:
+#: CUDA: at detection sizes (800x1344, batch 1, H100, fp32) the eager fast
+#: paths took 29.2 ms against 18.8 ms for the straightforward computation:
+#: the eager forward is bound by kernel launches and the fast paths launch
+#: more, smaller kernels (XCA's C x C algebra, the folding of layer scales
+#: and BatchNorm on every call). Compiled, Inductor fuses those and they ran
+#: in 12.9 ms. Eager CUDA therefore runs the straightforward computation,
+#: except the positional encoding's cache, which only skips work (identical
+#: values, no extra kernels).
+POLICY: Dict[str, Dict[str, FrozenSet[str]]] = {
+    'ConvPatchEmbed': dict(cpu=_BOTH, cuda=_COMPILED),
+    'CachedFourierEncoding': dict(cpu=_BOTH, cuda=_BOTH),
+    'XCA': dict(cpu=_BOTH, cuda=_COMPILED),
+    'LPI': dict(cpu=_BOTH, cuda=_COMPILED),
+    'Mlp': dict(cpu=_BOTH, cuda=_COMPILED),
+    'XCABlock': dict(cpu=_BOTH, cuda=_COMPILED),
+    'TransposedConvUpsampler': dict(cpu=_BOTH, cuda=_COMPILED),
+}
+
+#: ``XCiT(compile_cfg='auto')``: the ``torch.compile`` arguments per device
+#: type; a device type not listed runs eagerly. Dynamic shapes: multi-scale
+#: training changes the image size every batch, and a shape-specialised
+#: graph would be recompiled for every new size. The CPU stays eager (a
+#: compile takes minutes on a small CPU, and the eager fast paths are the
+#: measured CPU baseline).
+COMPILE: Dict[str, dict] = dict(cuda=dict(dynamic=True))
+
+_setting: Setting = True
+
+
+def check_setting(enabled: Setting) -> Setting:
+    """``enabled`` if it is a valid switch value; one paragraph otherwise."""
+    if not (isinstance(enabled, bool) or enabled == 'always'):
+        raise ValueError(
+            f'fast_path must be True (where the measured policy says it '
+            f"pays), 'always' (wherever it can run) or False (never), got "
+            f'{enabled!r}')
+    return enabled
+
+
+def set_fast_path(enabled: Setting) -> None:
+    """Set the global switch: ``True`` (default), ``'always'`` or
+    ``False``, for all models."""
+    global _setting
+    _setting = check_setting(enabled)
+
+
+@contextmanager
+def fast_path(enabled: Setting) -> Iterator[None]:
+    """``with fast_path(False):`` runs every module's straightforward
+    computation inside the block (``'always'``: every fast path that can
+    run); the previous setting is restored after."""
+    previous = _setting
+    set_fast_path(enabled)
+    try:
+        yield
+    finally:
+        set_fast_path(previous)
+
+
+def combined(*settings: Setting) -> Setting:
+    """One setting from several (global, model, module): ``False`` wins over
+    ``'always'``, which wins over ``True``."""
+    if any(s is False for s in settings):
+        return False
+    return 'always' if 'always' in settings else True
+
+
+def pays(part: str, device_type: str, compiling: bool) -> bool:
+    """:data:`POLICY`: the fast path of ``part`` (a class name) was measured
+    faster on ``device_type``, eagerly or compiled."""
+    modes = POLICY.get(part, {}).get(device_type, frozenset())
+    return (COMPILED if compiling else EAGER) in modes
+
+
+def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
+    """The fast path written for ``cls`` may run for ``module`` on input
+    ``x``: the switches allow it, ``module`` is an instance of exactly
+    ``cls``, and (setting ``True``) the policy says it pays on ``x``'s
+    device in the current mode."""
+    setting = combined(_setting, module.use_fast_path)
+    if setting is False or type(module) is not cls:
+        return False
+    return setting == 'always' or pays(
+        cls.__name__, x.device.type, torch.compiler.is_compiling())
+
+
+def compile_options(device_type: str) -> Optional[dict]:
+    """``compile_cfg='auto'``: the ``torch.compile`` arguments for
+    ``device_type``, or ``None`` (eager)."""
+    options = COMPILE.get(device_type)
+    return None if options is None else dict(options)
+
+
+def is_inactive(module: nn.Module) -> bool:
+    """``module`` is an identity now: ``nn.Identity``, or an ``nn.Dropout``
+    / timm ``DropPath`` that is in eval mode or has rate 0. Anything else
+    (another class, live dropout) may act and is called."""
+    if type(module) is nn.Identity:
+        return True
+    if type(module) is nn.Dropout:
+        return not module.training or module.p == 0
+    if type(module) is DropPath:
+        return not module.training or module.drop_prob == 0
+    return False
+
+
+def is_exact_gelu(module: nn.Module) -> bool:
+    """``module`` is ``nn.GELU()`` with the exact (erf) formula, which the
+    fused kernels compute."""
+    return type(module) is nn.GELU and module.approximate == 'none'
+
+
+def is_plain_conv(conv: nn.Module) -> bool:
+    """An ``nn.Conv2d`` / ``nn.ConvTranspose2d`` with zero padding and no
+    dilation (what the fast kernels compute)."""
+    return type(conv) in (nn.Conv2d, nn.ConvTranspose2d) and \
+        conv.padding_mode == 'zeros' and \
+        not isinstance(conv.padding, str) and \
+        all(d == 1 for d in conv.dilation)

@@ -285,7 +285,7 @@ def adapt_to_machine(cfg) -> None:
         wrapper['type'] = 'OptimWrapper'
         wrapper.pop('loss_scale', None)
         notes.append("fp32 training (mmengine's AmpOptimWrapper needs a GPU)")
-    if cfg.get('sync_bn') or _replace_syncbn(cfg.get('model')):
+    if cfg.get('sync_bn') or replace_syncbn(cfg.get('model')):
         cfg.sync_bn = None
         notes.append('BatchNorm instead of SyncBN')
     env = cfg.setdefault('env_cfg', ConfigDict())
@@ -302,7 +302,7 @@ def adapt_to_machine(cfg) -> None:
         print(f'No GPU: {"; ".join(notes)}.', flush=True)
 
 
-def _replace_syncbn(node) -> bool:
+def replace_syncbn(node) -> bool:
     """Turn every ``dict(type='SyncBN')`` below ``node`` into BatchNorm."""
     found = False
     if isinstance(node, dict):
@@ -310,10 +310,10 @@ def _replace_syncbn(node) -> bool:
             node['type'] = 'BN'
             found = True
         for value in node.values():
-            found |= _replace_syncbn(value)
+            found |= replace_syncbn(value)
     elif isinstance(node, (list, tuple)):
         for value in node:
-            found |= _replace_syncbn(value)
+            found |= replace_syncbn(value)
     return found
 
 

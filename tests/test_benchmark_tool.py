@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import run_tool
+from conftest import run_tool, run_tool_here
 
 
 def _run(tmp_path, *args):
@@ -54,17 +54,20 @@ def test_backbone_variants_and_ratios(tmp_path):
     assert '| xcit_nano_12_p16@openvino | 64x96 | 1 |' in runtimes
 
 
-def test_training_step_of_checkpointed_backbone_and_detector(tmp_path):
+def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
     results, table = _run(tmp_path, '--models', 'xcit_nano_12_p16@cp',
-                          'mask_rcnn_xcit_s12', 'xcit_nano_12_p16@openvino',
-                          '--sizes', '64x64', '--batch', '1', '--modes',
+                          'mask_rcnn_xcit_s12@reference',
+                          'upernet_xcit_s12@amp', 'xcit_nano_12_p16@openvino',
+                          '--sizes', '64x64', '--batch', '2', '--modes',
                           'train')
     # runtimes measure inference only: no row, nothing exported
-    backbone, detector = results['results']
+    backbone, detector, segmentor = results['results']
     assert not (tmp_path / 'onnx').exists()
-    assert 'error' not in backbone and 'error' not in detector, results
+    assert not any('error' in r for r in results['results']), results
     assert backbone['activation_mem_gib'] > 0 and detector['seconds'] > 0
-    assert '| mask_rcnn_xcit_s12 | 64x64 | 1 | train |' in table
+    assert segmentor['seconds'] > 0
+    assert '| mask_rcnn_xcit_s12@reference | 64x64 | 2 | train |' in table
+    assert '| upernet_xcit_s12@amp | 64x64 | 2 | train |' in table
 
 
 def test_benchmark_rejects_bad_names(tmp_path):
@@ -77,9 +80,13 @@ def test_benchmark_rejects_bad_names(tmp_path):
             ('xcit_nano_12_p16@fast', 'unknown variant'),
             ('swin_t@bf16', "unknown model 'swin_t@bf16'"),
             ('xcit_nano_12_p16@onnxruntime+bf16', 'takes no other variant'),
-            ('upernet_xcit_s12@cp', 'unknown variant')]:
+            ('upernet_xcit_s12@cp', 'unknown variant'),
+            ('mask_rcnn_swin_t@reference', 'unknown variant')]:
         with pytest.raises(ValueError, match=re.escape(message)):
             tool['parse_model'](name)
     proc = run_tool('tools/benchmark.py', '--models', 'alexnet',
                     '--out-dir', tmp_path)
     assert proc.returncode == 2 and "unknown model 'alexnet'" in proc.stderr
+    proc = run_tool_here('tools/benchmark.py', '--models',
+                         'mask_rcnn_xcit_s12@amp', '--out-dir', tmp_path)
+    assert proc.returncode == 2 and 'needs a GPU' in proc.stderr

@@ -30,6 +30,9 @@ Models:
                  backbone under autocast, fp32 maps out; the output
                  difference to fp32 is reported;
       cp         ``with_cp=True`` (gradient checkpointing);
+      amp        mixed precision as mmengine's ``AmpOptimWrapper`` runs it:
+                 the whole step under ``torch.autocast`` (float16 on CUDA,
+                 bfloat16 on the CPU);
       onnxruntime, openvino  inference only, fp32: the model exported to ONNX
                  at the measured size by ``tools/export_onnx.py``'s code
                  (verified against PyTorch; export time reported apart, in a
@@ -38,16 +41,21 @@ Models:
   swin_t, r50        mmdet's Swin-T and ResNet-50 backbones;
   vit_s16, vit_b16   timm's ViT-S/16 and ViT-B/16, global attention, position
                      embeddings resized to the input;
-  mask_rcnn_xcit_s12, mask_rcnn_swin_t   whole Mask R-CNN detectors (our
-      configs/coco/mask_rcnn_xcit_s12.py and mmdet's Swin-T 1x config): infer =
-      ``model.predict`` on preprocessed inputs with the box score threshold at
-      0 so that 100 detections per image reach the mask head; train = one
-      ``loss`` + backward with 5 ground-truth boxes and masks per image.
+  mask_rcnn_xcit_s12[@variant], mask_rcnn_swin_t[@amp]   whole Mask R-CNN
+      detectors (our configs/coco/mask_rcnn_xcit_s12.py, its backbone as the
+      recipe sets it: ``compile_cfg='auto'``, compiled on CUDA; and mmdet's
+      Swin-T 1x config): infer = ``model.predict`` on preprocessed inputs
+      with the box score threshold at 0 so that 100 detections per image
+      reach the mask head; train = one ``loss`` + backward with 5
+      ground-truth boxes and masks per image. Variants: reference (backbone
+      ``fast_path=False``, eager: the straightforward baseline), amp.
   upernet_xcit_s12[@variant]  the whole UperNet XCiT-S12/16 segmentor
-      (configs/ade20k/upernet_xcit_s12.py, 150 classes), inference only, as
-      exported: image in, logits and labels at the image's size out
-      (``xcit_dense.deploy.SegmentorGraph``); variants reference, compile,
-      onnxruntime, openvino.
+      (configs/ade20k/upernet_xcit_s12.py, 150 classes): inference as
+      exported, image in, logits and labels at the image's size out
+      (``xcit_dense.deploy.SegmentorGraph``); train = one ``loss`` +
+      backward of the mmseg model (backbone as the recipe sets it) on random
+      labels. Variants reference, compile (inference), amp, onnxruntime,
+      openvino.
 
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run) and ``results.png``
@@ -75,8 +83,9 @@ SEGMENTORS = {
     'upernet_xcit_s12': osp.join(ROOT, 'configs/ade20k/upernet_xcit_s12.py'),
 }
 RUNTIMES = ('onnxruntime', 'openvino')
-XCIT_VARIANTS = ('reference', 'compile', 'bf16', 'cp') + RUNTIMES
-SEGMENTOR_VARIANTS = ('reference', 'compile') + RUNTIMES
+XCIT_VARIANTS = ('reference', 'compile', 'bf16', 'cp', 'amp') + RUNTIMES
+SEGMENTOR_VARIANTS = ('reference', 'compile', 'amp') + RUNTIMES
+DETECTOR_VARIANTS = ('reference', 'amp')
 
 
 def parse_model(name: str):
@@ -102,7 +111,15 @@ def parse_model(name: str):
                              'runs the exported fp32 graph; it takes no '
                              'other variant')
         return base, variants
-    if (base in PEERS or base in DETECTORS) and not variants:
+    if base in DETECTORS:
+        allowed = DETECTOR_VARIANTS if base == 'mask_rcnn_xcit_s12' \
+            else ('amp',)
+        if variants - set(allowed):
+            raise ValueError(f'unknown variant(s) '
+                             f'{sorted(variants - set(allowed))} in '
+                             f'{name!r}; allowed: {", ".join(allowed)}')
+        return base, variants
+    if base in PEERS and not variants:
         return base, variants
     raise ValueError(
         f'unknown model {name!r}; use xcit_<preset>[@variant+...] (variants: '
@@ -143,7 +160,7 @@ def build_backbone(base: str, variants: set, device: str):
     return model
 
 
-def build_detector(base: str):
+def build_detector(base: str, variants: set):
     from mmengine.config import Config
     from mmengine.hub import get_config
     from mmengine.registry import init_default_scope
@@ -156,6 +173,28 @@ def build_detector(base: str):
     init_default_scope('mmdet')
     cfg.model.backbone.init_cfg = None  # random weights, no download
     cfg.model.test_cfg.rcnn.score_thr = 0.0  # 100 detections per image
+    if 'reference' in variants:
+        cfg.model.backbone.update(fast_path=False, compile_cfg=None)
+    return MODELS.build(cfg.model)
+
+
+def build_segmentor(base: str, variants: set, device: str):
+    """The mmseg model of a segmentor config (for training steps), random
+    weights; SyncBN as BatchNorm on the CPU."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    from mmseg.utils import register_all_modules
+    register_all_modules()
+    import xcit_dense  # noqa: F401  (registers the backbone)
+    from xcit_dense.launch import replace_syncbn
+    cfg = Config.fromfile(SEGMENTORS[base])
+    init_default_scope('mmseg')
+    cfg.model.backbone.init_cfg = None  # random weights, no download
+    if 'reference' in variants:
+        cfg.model.backbone.update(fast_path=False, compile_cfg=None)
+    if device == 'cpu':
+        replace_syncbn(cfg.model)
     return MODELS.build(cfg.model)
 
 
@@ -274,20 +313,29 @@ def worker(args) -> dict:
     result = dict(model=args.model, h=h, w=w, batch=args.batch,
                   mode=args.mode, threads=args.threads, device=args.device)
     detector = base in DETECTORS
+    segmentor_loss = base in SEGMENTORS and args.mode == 'train'
     runtime = next(iter(variants & set(RUNTIMES)), None)
     if runtime is not None:  # the exported file; no PyTorch model yet
         model = None
         session = runtime_session(runtime, onnx_file(args, args.model,
                                                      args.size), args.threads)
+    elif segmentor_loss:
+        model = build_segmentor(base, variants, args.device).to(args.device)
+        model.train()
     elif base in SEGMENTORS:
         torch.manual_seed(0)
         model = build_segmentor_graph(base, variants).to(args.device)
     else:
-        model = (build_detector(base) if detector else
+        model = (build_detector(base, variants) if detector else
                  build_backbone(base, variants, args.device)).to(args.device)
         model.train(args.mode == 'train')
 
-    if runtime is not None or base in SEGMENTORS:
+    if segmentor_loss:
+        inputs, samples = _segmentation_batch(model, args.batch, h, w)
+
+        def forward():
+            return model.loss(inputs, samples)
+    elif runtime is not None or base in SEGMENTORS:
         x = example_input_for(base, args)
         x_np = x.numpy()
 
@@ -314,6 +362,13 @@ def worker(args) -> dict:
         def forward():
             return model(x)
 
+    if 'amp' in variants:  # as mmengine's AmpOptimWrapper.optim_context
+        unscaled = forward
+        amp_dtype = torch.float16 if args.device == 'cuda' else torch.bfloat16
+
+        def forward():
+            with torch.autocast(args.device, dtype=amp_dtype):
+                return unscaled()
     if args.mode == 'infer':
         def step():
             with torch.no_grad():
@@ -322,7 +377,7 @@ def worker(args) -> dict:
         def step():
             model.zero_grad(set_to_none=True)
             out = forward()
-            if detector:
+            if detector or segmentor_loss:
                 loss = model.parse_losses(out)[0]
             else:
                 loss = sum(o.float().sum() for o in _outputs(out))
@@ -352,12 +407,12 @@ def worker(args) -> dict:
     result['peak_mem_gib'] = peak
     result['activation_mem_gib'] = peak - base_mem
     # counted after the peak memory is read: the counters trace the model
-    if runtime is not None or base in SEGMENTORS:
+    if runtime is not None or (base in SEGMENTORS and not segmentor_loss):
         result['seconds'] = statistics.median(times)
         result['images_per_s'] = args.batch / result['seconds']
         result.update(_diff_to_reference(base, out, x))
         return result
-    if args.mode == 'infer' and not detector:
+    if args.mode == 'infer' and not detector and base not in SEGMENTORS:
         result.update(_count_gmac(model, base, variants, x[:1], args.device))
     result['seconds'] = statistics.median(times)
     result['images_per_s'] = args.batch / result['seconds']
@@ -378,6 +433,27 @@ def worker(args) -> dict:
                  for o, r in zip(_outputs(out), refs)]
         result['max_rel_diff_vs_reference'] = max(diffs)
     return result
+
+
+def _segmentation_batch(model, batch: int, h: int, w: int):
+    """Preprocessed random images and labels (150 classes, some pixels
+    ignored) for a segmentor's ``loss``."""
+    import torch
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    samples = []
+    for _ in range(batch):
+        sample = SegDataSample(metainfo=dict(img_shape=(h, w),
+                                             ori_shape=(h, w),
+                                             pad_shape=(h, w)))
+        label = torch.randint(0, model.decode_head.num_classes, (1, h, w))
+        label[:, :8] = 255
+        sample.gt_sem_seg = PixelData(data=label)
+        samples.append(sample)
+    data = model.data_preprocessor(dict(
+        inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
+                for _ in range(batch)], data_samples=samples), training=True)
+    return data['inputs'], data['data_samples']
 
 
 def example_input_for(base: str, args):
@@ -448,9 +524,13 @@ _EXPORTED = {}  # (base, size, batch) -> the export's row
 
 
 def trainable(name: str) -> bool:
-    """Measured in training too: not a runtime or a segmentor."""
+    """Measured in training too: not a runtime (segmentors train as mmseg
+    models; their compile variant is the exported graph's, inference
+    only)."""
     base, variants = parse_model(name)
-    return base not in SEGMENTORS and not variants & set(RUNTIMES)
+    if base in SEGMENTORS and 'compile' in variants:
+        return False
+    return not variants & set(RUNTIMES)
 
 
 def measure(model, size, batch, mode, args) -> dict:
@@ -552,7 +632,7 @@ def write_table(results, matmul, args, path):
         f'{args.repeat} runs after {args.warmup} warm-up'
         + (f', median over {args.rounds} interleaved rounds' if
            args.rounds > 1 else '') + '; fp32 unless '
-        f'"@bf16"; machine matmul ({args.matmul_size}^2): fp32 '
+        f'"@bf16" / "@amp"; machine matmul ({args.matmul_size}^2): fp32 '
         f'{matmul["fp32_gflops_per_s"]:.0f} GFLOP/s, bf16 '
         f'{matmul["bf16_gflops_per_s"]:.0f} GFLOP/s. Memory: '
         + ('peak resident set of a fresh process per measurement (model '
@@ -731,6 +811,10 @@ def main():
         import torch
         if not torch.cuda.is_available():
             parser.error('--device cuda: no CUDA device is available')
+    elif any(parse_model(n)[0] in DETECTORS and 'amp' in parse_model(n)[1]
+             for n in args.models):
+        parser.error("a detector's @amp needs a GPU (--device cuda): "
+                     "mmcv's CPU ops (RoIAlign, NMS) take fp32 only")
 
     os.makedirs(args.out_dir, exist_ok=True)
     matmul = measure('matmul', (0, 0), 1, 'infer', args)

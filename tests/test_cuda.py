@@ -1,0 +1,267 @@
+"""The GPU path: fast paths, policy, AMP training, mmcv's CUDA ops, NCCL and
+resume, on CUDA. Collected always; skipped on a machine without a CUDA
+device (``make test`` there reports them as skipped), run by ``make test``
+and ``make gpu-report`` on a GPU machine.
+"""
+import copy
+import re
+import signal
+import sys
+
+import pytest
+import torch
+
+from conftest import run_tool
+from test_ade20k import _sample as seg_sample
+from test_coco_configs import _sample as det_sample
+from test_fast_path import randomized
+from test_fast_path_policy import X, taken  # noqa: F401  (fixture)
+from test_interruptions import _assert_same_state as assert_same_state
+from test_interruptions import _config as interruption_config
+from test_interruptions import _interrupt
+from xcit_dense import fast_path
+from xcit_dense.models import policy
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
+                                reason='no CUDA device')
+
+
+@pytest.fixture
+def no_tf32():
+    """Full fp32 convolutions and matmuls (PyTorch's default convolutions
+    use TF32, whose rounding is ~1e-3)."""
+    saved = (torch.backends.cudnn.allow_tf32,
+             torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, \
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _relative(out, ref):
+    return ((out.float() - ref.float()).abs().max() /
+            ref.float().abs().max()).item()
+
+
+def _step(model, x):
+    """Outputs and parameter gradients of a weighted sum of the outputs."""
+    model.zero_grad(set_to_none=True)
+    outs = model(x)
+    loss = sum((o.float() * torch.linspace(-1, 1, o.numel(),
+                                           device=o.device).view_as(o)).sum()
+               for o in outs)
+    loss.backward()
+    return [o.detach() for o in outs], {
+        n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+def test_fast_paths_match_reference_in_fp32(no_tf32, mode):
+    """Every fast path ('always') against the straightforward computation:
+    outputs and gradients within 1e-4 of their largest value."""
+    model = randomized().cuda().train(mode == 'train')
+    ref_model = copy.deepcopy(model)
+    x = torch.randn(2, 3, 80, 112, device='cuda')
+    with fast_path('always'):
+        outs, grads = _step(model, x)
+    with fast_path(False):
+        refs, ref_grads = _step(ref_model, x)
+    for out, ref in zip(outs, refs):
+        assert _relative(out, ref) < 1e-4
+    assert grads.keys() == ref_grads.keys()
+    for name, grad in grads.items():
+        assert _relative(grad, ref_grads[name]) < 1e-4, name
+        assert grad.stride() == dict(model.named_parameters())[
+            name].stride(), name  # DDP's bucket layout
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('setting', ['always', True, False])
+def test_autocast_finite_and_close(no_tf32, dtype, setting):
+    model = randomized().cuda().train()
+    x = torch.randn(2, 3, 80, 112, device='cuda')
+    with fast_path(False):
+        refs, _ = _step(copy.deepcopy(model), x)
+    with fast_path(setting), torch.autocast('cuda', dtype=dtype):
+        outs, grads = _step(model, x)
+    for out, ref in zip(outs, refs):
+        assert torch.isfinite(out).all()
+        assert _relative(out, ref) < (0.01 if dtype == torch.float16
+                                      else 0.05)
+    assert all(torch.isfinite(g).all() for g in grads.values())
+
+
+def test_policy_on_cuda(taken):  # noqa: F811
+    """Eager: the positional encoding's cache only; 'always': everything;
+    compiled (traced by dynamo and AOTAutograd): everything."""
+    model = randomized().cuda().eval()
+    x = X.cuda()
+    with torch.no_grad():
+        model(x)
+        assert taken == {'CachedFourierEncoding'}
+        taken.clear()
+        with fast_path('always'):
+            model(x)
+        assert taken == set(policy.POLICY)
+        taken.clear()
+        with fast_path(False):
+            model(x)
+        assert taken == set()
+    torch._dynamo.reset()
+    compiled = randomized(compile_cfg=dict(backend='aot_eager')).cuda()
+    with torch.no_grad():
+        compiled.eval()(x)
+    # the cache is not used while dynamo traces (the features are computed
+    # in the graph)
+    assert taken == set(policy.POLICY) - {'CachedFourierEncoding'}
+
+
+def test_compile_auto_compiles_once_for_several_sizes(no_tf32):
+    torch._dynamo.reset()
+    model = randomized(compile_cfg='auto').cuda().train()
+    ref_model = copy.deepcopy(model)
+    ref_model.compile_cfg = None
+    frames = torch._dynamo.utils.counters['frames']
+    before = frames['ok']
+    for h, w in ((64, 96), (80, 112), (96, 64)):
+        x = torch.randn(2, 3, h, w, device='cuda')
+        outs, grads = _step(model, x)
+        with fast_path(False):
+            refs, ref_grads = _step(ref_model, x)
+        for out, ref in zip(outs, refs):
+            assert _relative(out, ref) < 1e-4
+        for name, grad in grads.items():
+            assert _relative(grad, ref_grads[name]) < 1e-4, name
+    assert model.__dict__.get('_compiled_forward') is not None
+    assert frames['ok'] - before == 1, dict(frames)  # one graph for three sizes
+
+
+def test_mmcv_ops_run_on_cuda():
+    from mmcv.ops import RoIAlign, nms
+    torch.manual_seed(0)
+    feats = torch.randn(2, 8, 32, 32)
+    rois = torch.tensor([[0, 1., 1., 20., 25.], [1, 4., 2., 30., 31.]])
+    align = RoIAlign((7, 7), 1.0, 2, aligned=True)
+    torch.testing.assert_close(align(feats.cuda(), rois.cuda()).cpu(),
+                               align(feats, rois), rtol=1e-4, atol=1e-5)
+    boxes = torch.rand(200, 4) * 50
+    boxes[:, 2:] += boxes[:, :2] + 1
+    scores = torch.rand(200)
+    _, keep = nms(boxes.cuda(), scores.cuda(), 0.5)
+    _, keep_cpu = nms(boxes, scores, 0.5)
+    assert keep.is_cuda and torch.equal(keep.cpu(), keep_cpu)
+
+
+def _amp_wrapper(model, dtype):
+    from mmengine.optim import AmpOptimWrapper
+    return AmpOptimWrapper(
+        optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4),
+        dtype=dtype)
+
+
+def _demo_model(scope, path):
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    cfg = Config.fromfile(path)
+    init_default_scope(scope)
+    if scope == 'mmdet':
+        from mmdet.registry import MODELS
+    else:
+        from mmseg.registry import MODELS
+    model = MODELS.build(cfg.model)
+    model.init_weights()
+    return model.cuda().train()
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
+def test_mask_rcnn_trains_under_amp(dtype):
+    model = _demo_model('mmdet', 'configs/coco/'
+                        'demo_mask_rcnn_xcit_nano_synthetic.py')
+    wrapper = _amp_wrapper(model, dtype)
+    h, w = 96, 128
+    data = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
+                        for _ in range(2)],
+                data_samples=[det_sample(h, w, 3) for _ in range(2)])
+    for _ in range(2):
+        logs = model.train_step(copy.deepcopy(data), wrapper)
+        assert all(torch.isfinite(v).all() for v in logs.values()), logs
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters()
+               if p.grad is not None)
+
+
+@pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
+def test_upernet_trains_under_amp(dtype):
+    model = _demo_model('mmseg', 'configs/ade20k/'
+                        'demo_upernet_xcit_nano_synthetic.py')
+    wrapper = _amp_wrapper(model, dtype)
+    h, w = model.data_preprocessor.size or (128, 128)
+    classes = model.decode_head.num_classes
+    data = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
+                        for _ in range(2)],
+                data_samples=[seg_sample(h, w, classes) for _ in range(2)])
+    for _ in range(2):
+        logs = model.train_step(copy.deepcopy(data), wrapper)
+        assert all(torch.isfinite(v).all() for v in logs.values()), logs
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters()
+               if p.grad is not None)
+
+
+def _gpu_config(tmp_path, data_root):
+    """The interruption tests' demo (6 iterations, checkpoints every 2) with
+    the GPU recipe's AMP and SyncBN kept."""
+    config = interruption_config(tmp_path, data_root, 'iter', workers=0)
+    with open(config, 'a') as f:
+        f.write("optim_wrapper = dict(type='AmpOptimWrapper')\n"
+                "sync_bn = 'torch'\n")
+    return config
+
+
+def test_one_gpu_launch_with_nccl_and_syncbn(tiny_coco, tmp_path):
+    config = _gpu_config(tmp_path, tiny_coco)
+    proc = run_tool('tools/dist_train.sh', config, 1, '--work-dir',
+                    tmp_path / 'work', env=dict(PORT='29541'))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert 'No GPU' not in out
+    assert 'Distributed launcher: pytorch' in out
+    assert re.search(r'Distributed training: True', out)
+    assert 'BatchNorm instead of SyncBN' not in out  # SyncBN kept
+    assert 'Grad strides do not match bucket view strides' not in out
+    assert (tmp_path / 'work' / 'iter_6.pth').is_file()
+
+
+def test_resume_on_one_gpu(tiny_coco, tmp_path):
+    """Killed after the checkpoint of iteration 4 and resumed: the weights
+    and optimizer state after iteration 6 as the uninterrupted run's, up to
+    the nondeterminism of CUDA kernels (atomic additions in RoIAlign's and
+    the convolutions' backward): compared to 1e-3 of each tensor's largest
+    value, not bit for bit as on the CPU."""
+    config = _gpu_config(tmp_path, tiny_coco)
+    reference = tmp_path / 'reference'
+    proc = run_tool('tools/train.py', config, '--work-dir', reference)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    work = tmp_path / 'work'
+    code, _ = _interrupt(
+        [sys.executable, 'tools/train.py', str(config), '--work-dir',
+         str(work)], tmp_path / 'killed.log', r'Iter\(train\) \[5/6\]',
+        signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    proc = run_tool('tools/train.py', config, '--work-dir', work, '--resume')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'resumed epoch: 0, iter: 4' in proc.stdout + proc.stderr
+    try:
+        assert_same_state(reference / 'iter_6.pth', work / 'iter_6.pth')
+    except AssertionError:  # not bit for bit: within CUDA's nondeterminism
+        a = torch.load(reference / 'iter_6.pth', map_location='cpu',
+                       weights_only=False)['state_dict']
+        b = torch.load(work / 'iter_6.pth', map_location='cpu',
+                       weights_only=False)['state_dict']
+        assert a.keys() == b.keys()
+        for name in a:
+            if a[name].is_floating_point():
+                scale = max(a[name].abs().max().item(), 1e-6)
+                diff = (a[name] - b[name]).abs().max().item()
+                assert diff <= 1e-3 * scale, (name, diff, scale)
+            else:
+                assert torch.equal(a[name], b[name]), name

@@ -10,7 +10,7 @@ the published backbone (``detection/backbone/xcit.py``, identical to the
 segmentation one but for imports) has no class token, class-attention
 blocks, final norm or head, and the FPN neck, RPN head, RoI heads, UPerHead,
 FCNHead and FPNHead kept their parameter names between those toolkit
-versions (see the README, "Use a published model", for how this was
+versions (see docs/checkpoints.md, "Use a published model", for how this was
 verified).
 
 :func:`convert_published` maps a published checkpoint to ours in memory;

@@ -44,9 +44,10 @@ _COMPILED = frozenset({COMPILED})
 #: device type, the modes (``'eager'``, ``'compiled'``: under
 #: ``torch.compile``) in which it was measured faster than the straightforward
 #: computation. A device type not listed runs the straightforward
-#: computation (nothing was measured there). The measurements: README
-#: "Where the fast paths run" (CPU: ``tools/benchmark.py``; CUDA:
-#: ``docs/benchmark/gpu/policy_probe.py`` and ``make gpu-report``).
+#: computation (nothing was measured there). The measurements:
+#: docs/performance.md, "Where the fast paths run" (CPU:
+#: ``tools/benchmark.py``; CUDA: ``docs/benchmark/gpu/policy_probe.py`` and
+#: ``make gpu-report``).
 #:
 #: CUDA: at detection sizes (800x1344, batch 1, H100, fp32) the eager fast
 #: paths took 29.2 ms against 18.8 ms for the straightforward computation:

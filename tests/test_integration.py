@@ -82,3 +82,21 @@ def test_mmengine_checkpoint_loads_with_weights_only(tmp_path):
     torch.save({'f': getattr(torch.Tensor, 'add')}, evil)
     with pytest.raises(pickle.UnpicklingError):
         torch.load(evil)
+
+
+@pytest.mark.parametrize('name', ['UserError', 'CheckpointError',
+                                  'DataError', 'ExportError'])
+def test_tools_report_every_package_error_as_one_paragraph(name, capsys):
+    """The tools catch the errors' common base: each type ends a tool with
+    its paragraph and status 1, no traceback."""
+    import xcit_dense
+    from xcit_dense.launch import run_cli
+    error = getattr(xcit_dense, name)
+    assert issubclass(error, xcit_dense.XCiTDenseError)
+
+    def main():
+        raise error('what was wrong; what is allowed')
+    with pytest.raises(SystemExit) as stop:
+        run_cli(main)
+    assert stop.value.code == 1
+    assert capsys.readouterr().err == 'error: what was wrong; what is allowed\n'

@@ -5,7 +5,7 @@ register_mmengine_safe_globals()
 
 from .checkpoint import load_backbone_checkpoint  # noqa: E402
 from .errors import (CheckpointError, DataError, ExportError,  # noqa: E402
-                     UserError)
+                     UserError, XCiTDenseError)
 from . import training  # noqa: E402,F401  (loops, atomic file backend)
 from .hooks import CheckpointImportHook, PreemptionHook  # noqa: E402
 from .models import (ARCH_SETTINGS, XCiT, fast_path,  # noqa: E402
@@ -15,8 +15,7 @@ from .optim import NoDecayOptimWrapperConstructor  # noqa: E402
 __version__ = '0.1.0'
 __all__ = [
     'ARCH_SETTINGS', 'CheckpointError', 'CheckpointImportHook', 'DataError',
-    'ExportError',
-    'PreemptionHook',
-    'NoDecayOptimWrapperConstructor', 'UserError', 'XCiT', 'fast_path',
+    'ExportError', 'NoDecayOptimWrapperConstructor', 'PreemptionHook',
+    'UserError', 'XCiT', 'XCiTDenseError', 'fast_path',
     'load_backbone_checkpoint', 'set_fast_path', '__version__'
 ]

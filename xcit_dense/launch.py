@@ -12,7 +12,7 @@ from mmengine.config import Config, ConfigDict, DictAction
 
 from .checkpoint import is_url, local_checkpoint, read_checkpoint
 from .checkpoint.published import is_published
-from .errors import CheckpointError, DataError, ExportError, UserError
+from .errors import CheckpointError, UserError, XCiTDenseError
 
 
 def fail(error: BaseException) -> None:
@@ -383,7 +383,7 @@ def run_cli(main) -> None:
     """Run a tool's ``main``; bad input ends it with one paragraph."""
     try:
         main()
-    except (UserError, CheckpointError, DataError, ExportError) as e:
+    except XCiTDenseError as e:
         fail(e)
 
 

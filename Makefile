@@ -25,6 +25,7 @@ demo-ade20k: install
 	$(PY) tools/train.py $(DEMO_ADE20K) --work-dir work_dirs/demo_ade20k
 
 test: install
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest tests --durations=15
 
 # On a machine with an NVIDIA GPU: the CUDA tests, the per-part probe behind

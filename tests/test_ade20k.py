@@ -139,8 +139,8 @@ def test_missing_split_directory_names_it(tiny_ade20k, tmp_path):
     root = tmp_path / 'data'
     shutil.copytree(tiny_ade20k, root)
     shutil.rmtree(root / 'annotations' / 'validation')
-    proc = run_tool_here('tools/train.py', _config(tmp_path, root), '--work-dir',
-                    tmp_path / 'work')
+    proc = run_tool_here('tools/train.py', _config(tmp_path, root),
+                         '--work-dir', tmp_path / 'work')
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr
     message = proc.stderr.strip().splitlines()[-1]
     assert re.search(r'seg_map_path directory .* does not exist: .*'

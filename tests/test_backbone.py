@@ -246,7 +246,8 @@ def test_no_weight_decay_names():
 
 
 @pytest.mark.parametrize('kwargs,match', [
-    (dict(arch='huge_12_p16'), r"Unknown XCiT arch 'huge_12_p16'.*nano_12_p16"),
+    (dict(arch='huge_12_p16'),
+     r"Unknown XCiT arch 'huge_12_p16'.*nano_12_p16"),
     (dict(arch='small_12_p16', patch_size=4), r'patch_size must be one of'
      r' \(8, 16\)'),
     (dict(arch='small_12_p16', out_indices=(3, 5, 7, 12)),

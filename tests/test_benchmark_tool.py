@@ -72,6 +72,7 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
 
 def test_benchmark_rejects_bad_names(tmp_path):
     import runpy
+
     from conftest import REPO
     tool = runpy.run_path(str(REPO / 'tools/benchmark.py'))
     for name, message in [

@@ -15,14 +15,14 @@ import torch.nn as nn
 from timm.models.xcit import ConvPatchEmbed as TimmConvPatchEmbed
 from timm.models.xcit import XCABlock as TimmXCABlock
 
-from test_fast_path import (assert_outputs_close, randomized,  # noqa: I100
-                            reference)
 from xcit_dense import XCiT, fast_path
 from xcit_dense.models.block import XCABlock
 from xcit_dense.models.lpi import LPI
 from xcit_dense.models.ops import second_moments
 from xcit_dense.models.pyramid import TransposedConvUpsampler
 from xcit_dense.models.xca import XCA
+
+from test_fast_path import assert_outputs_close, randomized, reference  # noqa: I100
 
 
 class Scaled(nn.Module):

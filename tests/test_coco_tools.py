@@ -62,9 +62,10 @@ def test_resume_continues_with_same_state(trained, tmp_path):
     ckpt = torch.load(work / 'iter_2.pth', weights_only=True)  # the default
     assert ckpt['meta']['iter'] == 2
     # In-process: resuming restores the iteration and the optimizer state.
-    import xcit_dense  # noqa: F401  (allow-lists mmengine's types)
     from mmengine.config import Config
     from mmengine.runner import Runner
+
+    import xcit_dense  # noqa: F401  (allow-lists mmengine's types)
     config = Config.fromfile(str(cfg))
     config.work_dir = str(tmp_path / 'resumed')
     config.resume, config.load_from = True, str(work / 'iter_2.pth')

@@ -11,6 +11,9 @@ import sys
 import pytest
 import torch
 
+from xcit_dense import fast_path
+from xcit_dense.models import policy
+
 from conftest import run_tool
 from test_ade20k import _sample as seg_sample
 from test_coco_configs import _sample as det_sample
@@ -19,8 +22,6 @@ from test_fast_path_policy import X, taken  # noqa: F401  (fixture)
 from test_interruptions import _assert_same_state as assert_same_state
 from test_interruptions import _config as interruption_config
 from test_interruptions import _interrupt
-from xcit_dense import fast_path
-from xcit_dense.models import policy
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason='no CUDA device')
@@ -134,7 +135,8 @@ def test_compile_auto_compiles_once_for_several_sizes(no_tf32):
         for name, grad in grads.items():
             assert _relative(grad, ref_grads[name]) < 1e-4, name
     assert model.__dict__.get('_compiled_forward') is not None
-    assert frames['ok'] - before == 1, dict(frames)  # one graph for three sizes
+    # one graph for three sizes
+    assert frames['ok'] - before == 1, dict(frames)
 
 
 def test_mmcv_ops_run_on_cuda():

@@ -10,10 +10,18 @@ import torch
 import torch.nn as nn
 
 from xcit_dense import XCiT
-from xcit_dense.deploy import (ExportError, FeatureGraph, SegmentorGraph,
-                               export_onnx, verify_onnx)
-from xcit_dense.deploy.onnx_export import (example_input, onnxruntime_session,
-                                           verification_sizes)
+from xcit_dense.deploy import (
+    ExportError,
+    FeatureGraph,
+    SegmentorGraph,
+    export_onnx,
+    verify_onnx,
+)
+from xcit_dense.deploy.onnx_export import (
+    example_input,
+    onnxruntime_session,
+    verification_sizes,
+)
 
 from conftest import REPO, run_tool_here
 

@@ -9,7 +9,6 @@ Modules are observed through the method each fast path calls.
 import pytest
 import torch
 
-from test_fast_path import assert_outputs_close, randomized, reference
 from xcit_dense import XCiT, fast_path
 from xcit_dense.models import policy
 from xcit_dense.models.block import XCABlock
@@ -19,6 +18,8 @@ from xcit_dense.models.positional_encoding import CachedFourierEncoding
 from xcit_dense.models.pyramid import TransposedConvUpsampler
 from xcit_dense.models.stem import ConvPatchEmbed
 from xcit_dense.models.xca import XCA
+
+from test_fast_path import assert_outputs_close, randomized, reference
 
 #: each part and the method only its fast path calls
 FAST_METHODS = {

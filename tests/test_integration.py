@@ -53,10 +53,12 @@ def test_no_decay_constructor():
         for p in group['params']:
             decay[names[id(p)]] = group['weight_decay']
     assert len(decay) == len(names)
-    for name in ['backbone.blocks.0.attn.temperature', 'backbone.blocks.1.gamma3',
+    for name in ['backbone.blocks.0.attn.temperature',
+                 'backbone.blocks.1.gamma3',
                  'backbone.pos_embed.token_projection.weight',
                  'backbone.blocks.0.norm2.weight',
-                 'backbone.blocks.0.local_mp.bn.bias', 'backbone.fpn1.1.weight']:
+                 'backbone.blocks.0.local_mp.bn.bias',
+                 'backbone.fpn1.1.weight']:
         assert decay[name] == 0, name
     for name in ['backbone.blocks.0.attn.qkv.weight', 'backbone.fpn1.0.weight',
                  'head.weight', 'backbone.blocks.0.mlp.fc2.weight']:
@@ -99,4 +101,5 @@ def test_tools_report_every_package_error_as_one_paragraph(name, capsys):
     with pytest.raises(SystemExit) as stop:
         run_cli(main)
     assert stop.value.code == 1
-    assert capsys.readouterr().err == 'error: what was wrong; what is allowed\n'
+    err = capsys.readouterr().err
+    assert err == 'error: what was wrong; what is allowed\n'

@@ -9,10 +9,11 @@ from conftest import REPO
 
 
 def _build(config, rate):
-    import xcit_dense  # noqa: F401
     from mmengine.config import Config
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import init_default_scope
+
+    import xcit_dense  # noqa: F401
     cfg = Config.fromfile(str(REPO / config))
     init_default_scope(cfg.default_scope)
     if cfg.default_scope == 'mmseg':

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import venv
 
-import pytest
 import yaml
 
 from conftest import REPO

@@ -128,9 +128,10 @@ default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=1))
 
 def _random_model_weights(config):
     """Our layout: the state dict of the config's model, random (seeded)."""
-    import xcit_dense  # noqa: F401
     from mmengine.config import Config
     from mmengine.registry import init_default_scope
+
+    import xcit_dense  # noqa: F401
     cfg = Config.fromfile(str(config))
     init_default_scope(cfg.default_scope)
     if cfg.default_scope == 'mmseg':
@@ -252,8 +253,10 @@ def test_detector_from_a_url_predicts_as_our_layout(coco_pair, loopback,
 
 def test_damaged_published_file_names_the_key(coco_pair, tmp_path):
     from xcit_dense import CheckpointError
-    from xcit_dense.checkpoint.published import (check_model_weights,
-                                                 convert_published)
+    from xcit_dense.checkpoint.published import (
+        check_model_weights,
+        convert_published,
+    )
     cfg, ours, pub, _ = coco_pair
     ckpt = torch.load(pub, weights_only=True)
     model_state = torch.load(ours, weights_only=True)['state_dict']

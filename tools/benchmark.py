@@ -19,7 +19,8 @@ matmul throughput.
         --batch 1 2 --out-dir work_dirs/benchmark
 
 Models:
-  xcit_<preset>[@variant+variant]  the XCiT backbone with its pyramid; variants:
+  xcit_<preset>[@variant+variant]  the XCiT backbone with its pyramid;
+      variants:
       reference  the published design computed the straightforward way
                  (``XCiT(fast_path=False)``: every module's straightforward
                  computation -- timm's arithmetic, NCHW round trips,
@@ -141,8 +142,8 @@ def build_backbone(base: str, variants: set, device: str):
                     autocast_dtype=amp_dtype if 'bf16' in variants else None,
                     fast_path='reference' not in variants)
     if base in ('swin_t', 'r50'):
-        from mmengine.registry import init_default_scope
         from mmdet.registry import MODELS
+        from mmengine.registry import init_default_scope
         init_default_scope('mmdet')
         if base == 'swin_t':
             return MODELS.build(dict(
@@ -161,13 +162,14 @@ def build_backbone(base: str, variants: set, device: str):
 
 
 def build_detector(base: str, variants: set):
+    from mmdet.utils import register_all_modules
     from mmengine.config import Config
     from mmengine.hub import get_config
     from mmengine.registry import init_default_scope
-    from mmdet.utils import register_all_modules
     register_all_modules()
-    import xcit_dense  # noqa: F401  (registers the backbone)
     from mmdet.registry import MODELS
+
+    import xcit_dense  # noqa: F401  (registers the backbone)
     path = DETECTORS[base]
     cfg = get_config(path) if '::' in path else Config.fromfile(path)
     init_default_scope('mmdet')
@@ -691,7 +693,8 @@ def write_table(results, matmul, args, path):
     if scaling:
         lines += ['', 'Time at 1600x2688 over time at 800x1344 (4.0 is '
                   'linear in pixels):', '',
-                  '| model | batch | mode | ratio |', '| --- | --- | --- | --- |']
+                  '| model | batch | mode | ratio |',
+                  '| --- | --- | --- | --- |']
         lines += [f'| {m} | {b} | {mode} | {t:.2f} |'
                   for m, b, mode, t in scaling]
     with open(path, 'w') as f:

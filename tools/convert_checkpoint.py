@@ -17,8 +17,8 @@ Examples::
 
     python tools/convert_checkpoint.py xcit_small_12_p16_384_dist.pth \
         pretrained/xcit_small_12_p16_384_dist.pth
-    python tools/convert_checkpoint.py \
-        https://dl.fbaipublicfiles.com/xcit/coco/maskrcnn_xcit_small_12_p16.pth \
+    URL=https://dl.fbaipublicfiles.com/xcit/coco/maskrcnn_xcit_small_12_p16.pth
+    python tools/convert_checkpoint.py $URL \
         checkpoints/mask_rcnn_xcit_s12_p16_3x_coco.pth
 """
 import argparse
@@ -33,10 +33,18 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense import ARCH_SETTINGS, XCiT, __version__  # noqa: E402
 from xcit_dense.checkpoint import (  # noqa: E402
-    convert_state_dict, extract_state_dict, infer_settings, local_checkpoint,
-    match_state_dict, read_checkpoint)
+    convert_state_dict,
+    extract_state_dict,
+    infer_settings,
+    local_checkpoint,
+    match_state_dict,
+    read_checkpoint,
+)
 from xcit_dense.checkpoint.published import (  # noqa: E402
-    check_model_weights, convert_published, is_published)
+    check_model_weights,
+    convert_published,
+    is_published,
+)
 from xcit_dense.launch import UserError, load_config, run_cli  # noqa: E402
 from xcit_dense.model_index import model_for_weights  # noqa: E402
 

@@ -1,10 +1,10 @@
 """The GPU half of ``tools/setup_env.sh``: which GPUs, which CUDA compiler,
 and whether mmcv's CUDA ops run.
 
-    python tools/cuda_setup.py plan       # shell assignments for setup_env.sh
-    python tools/cuda_setup.py cuda-home  # CUDA_HOME from the registry's wheels
-    python tools/cuda_setup.py check      # RoIAlign and NMS on a CUDA tensor
-    python tools/cuda_setup.py torch      # this PyTorch is in the supported range
+    python tools/cuda_setup.py plan       # assignments for setup_env.sh
+    python tools/cuda_setup.py cuda-home  # CUDA_HOME from registry wheels
+    python tools/cuda_setup.py check      # RoIAlign and NMS on CUDA
+    python tools/cuda_setup.py torch      # PyTorch in the supported range
 
 ``plan`` prints ``ARCHS`` (``TORCH_CUDA_ARCH_LIST`` for the GPUs present,
 empty on a machine without one: the CPU build), ``CUDA_HOME`` (a system CUDA

@@ -15,8 +15,13 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
-from xcit_dense.launch import (UserError, check_checkpoint,  # noqa: E402
-                               init_inference_model, load_config, run_cli)
+from xcit_dense.launch import (  # noqa: E402
+    UserError,
+    check_checkpoint,
+    init_inference_model,
+    load_config,
+    run_cli,
+)
 
 
 def parse_args():

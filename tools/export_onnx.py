@@ -28,10 +28,14 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from mmengine.config import DictAction  # noqa: E402
 
-from xcit_dense.deploy import (check_requirements, export_onnx,  # noqa: E402
-                               graph_for)
-from xcit_dense.launch import (UserError, check_checkpoint,  # noqa: E402
-                               init_inference_model, load_config, run_cli)
+from xcit_dense.deploy import check_requirements, export_onnx, graph_for  # noqa: E402
+from xcit_dense.launch import (  # noqa: E402
+    UserError,
+    check_checkpoint,
+    init_inference_model,
+    load_config,
+    run_cli,
+)
 
 DEFAULT_SHAPE = {'mmdet': (800, 1344), 'mmseg': (512, 512)}
 

@@ -30,8 +30,7 @@ def main():
         from xcit_dense.datasets.synthetic_coco import make_synthetic_coco
         files = make_synthetic_coco(args.out_dir, seed=args.seed, **sizes)
     else:
-        from xcit_dense.datasets.synthetic_ade20k import \
-            make_synthetic_ade20k
+        from xcit_dense.datasets.synthetic_ade20k import make_synthetic_ade20k
         files = make_synthetic_ade20k(args.out_dir, seed=args.seed, **sizes)
     print(f'synthetic {args.kind} dataset in {args.out_dir} '
           f'({time.perf_counter() - start:.1f} s): ' +

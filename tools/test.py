@@ -12,9 +12,16 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from xcit_dense.launch import (UserError, add_run_arguments,  # noqa: E402
-                               build_runner, check_checkpoint, check_inputs,
-                               config_from_args, finish_distributed, run_cli)
+from xcit_dense.launch import (  # noqa: E402
+    UserError,
+    add_run_arguments,
+    build_runner,
+    check_checkpoint,
+    check_inputs,
+    config_from_args,
+    finish_distributed,
+    run_cli,
+)
 
 
 def parse_args():

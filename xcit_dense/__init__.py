@@ -3,13 +3,17 @@ from .serialization import register_mmengine_safe_globals
 
 register_mmengine_safe_globals()
 
-from .checkpoint import load_backbone_checkpoint  # noqa: E402
-from .errors import (CheckpointError, DataError, ExportError,  # noqa: E402
-                     UserError, XCiTDenseError)
 from . import training  # noqa: E402,F401  (loops, atomic file backend)
+from .checkpoint import load_backbone_checkpoint  # noqa: E402
+from .errors import (  # noqa: E402
+    CheckpointError,
+    DataError,
+    ExportError,
+    UserError,
+    XCiTDenseError,
+)
 from .hooks import CheckpointImportHook, PreemptionHook  # noqa: E402
-from .models import (ARCH_SETTINGS, XCiT, fast_path,  # noqa: E402
-                     set_fast_path)
+from .models import ARCH_SETTINGS, XCiT, fast_path, set_fast_path  # noqa: E402
 from .optim import NoDecayOptimWrapperConstructor  # noqa: E402
 
 __version__ = '0.1.0'

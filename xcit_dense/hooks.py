@@ -7,8 +7,11 @@ from mmengine.dist import all_reduce, barrier
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
-from .checkpoint.published import (check_model_weights, convert_published,
-                                   is_published)
+from .checkpoint.published import (
+    check_model_weights,
+    convert_published,
+    is_published,
+)
 from .errors import CheckpointError
 from .registry import HOOKS
 from .training import AtomicLocalBackend

@@ -234,6 +234,7 @@ def complete_checkpoints(work_dir: str) -> List[str]:
     the one ``last_checkpoint`` names, then ``iter_*.pth`` / ``epoch_*.pth``
     by decreasing number."""
     import re
+
     from mmengine.runner import find_latest_checkpoint
     if not osp.isdir(work_dir):
         return []
@@ -400,6 +401,7 @@ __all__ = [
     'UserError', 'add_required_hooks', 'add_run_arguments',
     'checkpoint_to_resume', 'adapt_to_machine', 'build_runner',
     'check_checkpoint', 'check_inputs', 'config_from_args', 'fail',
-    'finish_distributed', 'init_inference_model', 'load_config', 'maybe_init_cpu_distributed',
+    'finish_distributed', 'init_inference_model', 'load_config',
+    'maybe_init_cpu_distributed',
     'run_cli'
 ]

@@ -19,11 +19,13 @@ model = dict(
     roi_head=dict(
         # fixed RoIAlign sampling: mmcv's adaptive sampling is slow on CPU
         bbox_roi_extractor=dict(
-            out_channels=width, roi_layer=dict(sampling_ratio=2, use_torchvision=True)),
+            out_channels=width,
+            roi_layer=dict(sampling_ratio=2, use_torchvision=True)),
         bbox_head=dict(in_channels=width, fc_out_channels=256,
                        num_classes=3),
         mask_roi_extractor=dict(
-            out_channels=width, roi_layer=dict(sampling_ratio=2, use_torchvision=True)),
+            out_channels=width,
+            roi_layer=dict(sampling_ratio=2, use_torchvision=True)),
         mask_head=dict(in_channels=width, conv_out_channels=width,
                        num_classes=3)),
     train_cfg=dict(rcnn=dict(sampler=dict(num=64))),

@@ -5,11 +5,16 @@
 * :mod:`.backbone`: importing image-classification checkpoints (official,
   timm, DINO) and our own into the XCiT backbone, strictly.
 """
-from .backbone import (CLASSIFICATION_ONLY, convert_state_dict,
-                       extract_state_dict, infer_settings,
-                       load_backbone_checkpoint, match_state_dict)
-from .files import cached_path, is_url, local_checkpoint, read_checkpoint
 from ..errors import CheckpointError
+from .backbone import (
+                       CLASSIFICATION_ONLY,
+                       convert_state_dict,
+                       extract_state_dict,
+                       infer_settings,
+                       load_backbone_checkpoint,
+                       match_state_dict,
+)
+from .files import cached_path, is_url, local_checkpoint, read_checkpoint
 
 __all__ = [
     'CLASSIFICATION_ONLY', 'CheckpointError', 'cached_path',

@@ -28,8 +28,13 @@ from .block import XCABlock
 from .policy import check_setting as check_fast_path_setting
 from .policy import compile_options
 from .positional_encoding import CachedFourierEncoding
-from .presets import (DEFAULT_ARCH, OUT_STRIDES, check_out_indices,
-                      check_training_args, resolve_arch)
+from .presets import (
+    DEFAULT_ARCH,
+    OUT_STRIDES,
+    check_out_indices,
+    check_training_args,
+    resolve_arch,
+)
 from .pyramid import crop, make_resampler
 from .stem import ConvPatchEmbed
 

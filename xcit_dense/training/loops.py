@@ -20,6 +20,7 @@ resume in the middle of the epoch. Use them as
 mmengine's.
 """
 import copy
+
 from mmengine.dataset import InfiniteSampler as MMEngineInfiniteSampler
 from mmengine.dist import get_rank
 from mmengine.registry import DATASETS

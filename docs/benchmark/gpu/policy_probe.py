@@ -25,8 +25,7 @@ from xcit_dense import XCiT  # noqa: E402
 from xcit_dense.models.block import XCABlock  # noqa: E402
 from xcit_dense.models.lpi import LPI  # noqa: E402
 from xcit_dense.models.mlp import Mlp  # noqa: E402
-from xcit_dense.models.positional_encoding import \
-    CachedFourierEncoding  # noqa: E402
+from xcit_dense.models.positional_encoding import CachedFourierEncoding  # noqa: E402
 from xcit_dense.models.pyramid import TransposedConvUpsampler  # noqa: E402
 from xcit_dense.models.stem import ConvPatchEmbed  # noqa: E402
 from xcit_dense.models.xca import XCA  # noqa: E402

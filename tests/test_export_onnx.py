@@ -66,12 +66,12 @@ def randomise_norms(model):
 def build(config_text, tmp_path, name):
     from mmengine.config import Config
 
-    from xcit_dense.launch import init_inference_model
+    from xcit_dense.inference import init_model
     path = tmp_path / f'{name}.py'
     path.write_text(config_text)
     cfg = Config.fromfile(str(path))
     torch.manual_seed(0)
-    return path, randomise_norms(init_inference_model(cfg, None))
+    return path, randomise_norms(init_model(cfg, None))
 
 
 @pytest.fixture(scope='module')

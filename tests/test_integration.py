@@ -92,7 +92,7 @@ def test_tools_report_every_package_error_as_one_paragraph(name, capsys):
     """The tools catch the errors' common base: each type ends a tool with
     its paragraph and status 1, no traceback."""
     import xcit_dense
-    from xcit_dense.launch import run_cli
+    from xcit_dense.cli import run_cli
     error = getattr(xcit_dense, name)
     assert issubclass(error, xcit_dense.XCiTDenseError)
 

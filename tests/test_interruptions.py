@@ -240,7 +240,7 @@ def test_atomic_writes_leave_the_old_file(tmp_path, monkeypatch):
 def test_required_hooks_added_to_any_config():
     from mmengine.config import ConfigDict
 
-    from xcit_dense.launch import add_required_hooks
+    from xcit_dense.runner import add_required_hooks
     cfg = ConfigDict(custom_hooks=[dict(type='EMAHook')],
                      default_hooks=dict(checkpoint=dict(interval=5)))
     add_required_hooks(cfg)

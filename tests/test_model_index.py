@@ -52,7 +52,7 @@ def test_index_lists_the_24_published_models():
 
 
 def test_tools_take_a_model_name():
-    from xcit_dense.launch import load_config
+    from xcit_dense.cli import load_config
     from xcit_dense.model_index import config_file, model_for_weights
     cfg = load_config('upernet_xcit_s12_p8_160k_ade20k')
     assert cfg.model.backbone.arch == 'small_12_p8'
@@ -91,7 +91,7 @@ def test_installed_wheel_finds_its_configs(tmp_path):
                                                           'zz_stack.pth'))
     script = """
 import os, xcit_dense
-from xcit_dense.launch import load_config
+from xcit_dense.cli import load_config
 from xcit_dense.model_index import index_root, models
 from mmengine.registry import init_default_scope
 assert index_root().endswith(os.path.join('xcit_dense', '.mim')), index_root()

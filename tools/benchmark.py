@@ -189,7 +189,7 @@ def build_segmentor(base: str, variants: set, device: str):
     from mmseg.utils import register_all_modules
     register_all_modules()
     import xcit_dense  # noqa: F401  (registers the backbone)
-    from xcit_dense.launch import replace_syncbn
+    from xcit_dense.runner import replace_syncbn
     cfg = Config.fromfile(SEGMENTORS[base])
     init_default_scope('mmseg')
     cfg.model.backbone.init_cfg = None  # random weights, no download
@@ -206,13 +206,13 @@ def build_segmentor_graph(base: str, variants: set):
     from mmengine.config import Config
 
     from xcit_dense.deploy import SegmentorGraph
-    from xcit_dense.launch import init_inference_model
+    from xcit_dense.inference import init_model
     cfg = Config.fromfile(SEGMENTORS[base])
     cfg.model.backbone.init_cfg = None  # random weights, no download
     cfg.model.backbone.fast_path = 'reference' not in variants
     if 'compile' in variants:
         cfg.model.backbone.compile_cfg = True
-    return SegmentorGraph(init_inference_model(cfg, None))
+    return SegmentorGraph(init_model(cfg, None))
 
 
 def build_exportable(base: str):

@@ -45,7 +45,8 @@ from xcit_dense.checkpoint.published import (  # noqa: E402
     convert_published,
     is_published,
 )
-from xcit_dense.launch import UserError, load_config, run_cli  # noqa: E402
+from xcit_dense.cli import load_config, run_cli  # noqa: E402
+from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.model_index import model_for_weights  # noqa: E402
 
 

@@ -15,13 +15,10 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
-from xcit_dense.launch import (  # noqa: E402
-    UserError,
-    check_checkpoint,
-    init_inference_model,
-    load_config,
-    run_cli,
-)
+from xcit_dense.cli import load_config, run_cli  # noqa: E402
+from xcit_dense.errors import UserError  # noqa: E402
+from xcit_dense.inference import init_model  # noqa: E402
+from xcit_dense.preflight import check_checkpoint  # noqa: E402
 
 
 def parse_args():
@@ -53,7 +50,7 @@ def main():
     if cfg.default_scope == 'mmdet':
         from mmdet.apis import inference_detector
         from mmdet.registry import VISUALIZERS
-        model = init_inference_model(cfg, checkpoint, args.device)
+        model = init_model(cfg, checkpoint, args.device)
         result = inference_detector(model, args.image)
         visualizer = VISUALIZERS.build(model.cfg.visualizer)
         visualizer.dataset_meta = model.dataset_meta
@@ -66,7 +63,7 @@ def main():
     else:
         from mmseg.apis import inference_model
         from mmseg.registry import VISUALIZERS
-        model = init_inference_model(cfg, checkpoint, args.device)
+        model = init_model(cfg, checkpoint, args.device)
         result = inference_model(model, args.image)
         visualizer = VISUALIZERS.build(model.cfg.visualizer)
         visualizer.dataset_meta = model.dataset_meta

@@ -28,14 +28,11 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from mmengine.config import DictAction  # noqa: E402
 
+from xcit_dense.cli import load_config, run_cli  # noqa: E402
 from xcit_dense.deploy import check_requirements, export_onnx, graph_for  # noqa: E402
-from xcit_dense.launch import (  # noqa: E402
-    UserError,
-    check_checkpoint,
-    init_inference_model,
-    load_config,
-    run_cli,
-)
+from xcit_dense.errors import UserError  # noqa: E402
+from xcit_dense.inference import init_model  # noqa: E402
+from xcit_dense.preflight import check_checkpoint  # noqa: E402
 
 DEFAULT_SHAPE = {'mmdet': (800, 1344), 'mmseg': (512, 512)}
 
@@ -90,7 +87,7 @@ def main():
         print('no checkpoint given: exporting the config\'s initial '
               '(random) weights')
     check_requirements()
-    model = init_inference_model(cfg, checkpoint)
+    model = init_model(cfg, checkpoint)
     graph = graph_for(model, scope, args.backbone_only)
     rows = export_onnx(graph, args.out, args.batch, height, width,
                        dynamic=args.dynamic, opset=args.opset)

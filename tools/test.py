@@ -12,16 +12,14 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from xcit_dense.launch import (  # noqa: E402
-    UserError,
+from xcit_dense.cli import (  # noqa: E402
     add_run_arguments,
-    build_runner,
-    check_checkpoint,
-    check_inputs,
     config_from_args,
-    finish_distributed,
     run_cli,
 )
+from xcit_dense.errors import UserError  # noqa: E402
+from xcit_dense.preflight import check_checkpoint, check_inputs  # noqa: E402
+from xcit_dense.runner import build_runner, finish_distributed  # noqa: E402
 
 
 def parse_args():

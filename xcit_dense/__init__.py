@@ -13,6 +13,7 @@ from .errors import (  # noqa: E402
     XCiTDenseError,
 )
 from .hooks import CheckpointImportHook, PreemptionHook  # noqa: E402
+from .inference import init_model  # noqa: E402
 from .models import ARCH_SETTINGS, XCiT, fast_path, set_fast_path  # noqa: E402
 from .optim import NoDecayOptimWrapperConstructor  # noqa: E402
 
@@ -21,5 +22,6 @@ __all__ = [
     'ARCH_SETTINGS', 'CheckpointError', 'CheckpointImportHook', 'DataError',
     'ExportError', 'NoDecayOptimWrapperConstructor', 'PreemptionHook',
     'UserError', 'XCiT', 'XCiTDenseError', 'fast_path',
-    'load_backbone_checkpoint', 'set_fast_path', '__version__'
+    'init_model', 'load_backbone_checkpoint', 'set_fast_path',
+    '__version__'
 ]

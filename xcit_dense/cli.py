@@ -1,0 +1,76 @@
+"""What the tools share on the command line: loading a config (a file or
+a model of the model index), the options ``tools/train.py`` and
+``tools/test.py`` share with mmdet's and mmseg's, and ending a tool with one
+paragraph on bad input (:class:`~xcit_dense.errors.XCiTDenseError`)."""
+import argparse
+import os
+import os.path as osp
+import sys
+from typing import Optional
+
+from mmengine.config import Config, DictAction
+
+from .errors import UserError, XCiTDenseError
+
+
+def fail(error: BaseException) -> None:
+    """Print a one-paragraph error and exit with status 1."""
+    message = str(error)
+    if 'Original Traceback' in message:  # raised in a DataLoader worker
+        message = message.strip().splitlines()[-1].split(': ', 1)[-1]
+    print(f'error: {message}', file=sys.stderr)
+    sys.exit(1)
+
+def run_cli(main) -> None:
+    """Run a tool's ``main``; bad input ends it with one paragraph."""
+    try:
+        main()
+    except XCiTDenseError as e:
+        fail(e)
+
+def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
+    """Load a config file, or the config of a model of the model index
+    (e.g. ``mask_rcnn_xcit_s12_p16_3x_coco``)."""
+    from .model_index import config_file, models
+    found = config_file(path)
+    if found is None:
+        names = ', '.join(sorted(models())[:4])
+        raise UserError(f'Config file not found: {path} (neither a file nor '
+                        f'a model of the model index, e.g. {names}, ...)')
+    try:
+        cfg = Config.fromfile(found)
+        if cfg_options:
+            cfg.merge_from_dict(cfg_options)
+    except (TypeError, ValueError, KeyError, SyntaxError, ImportError,
+            FileNotFoundError) as e:
+        raise UserError(f'Cannot load the config {path}: '
+                        f'{type(e).__name__}: {e}') from e
+    return cfg
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options train.py and test.py share, as in mmdet and mmseg."""
+    parser.add_argument('--work-dir',
+                        help='the dir to save logs, models and metrics')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction, default={},
+        help='override settings in the config, key=value, e.g. '
+        'model.backbone.init_cfg.checkpoint=pretrained/xcit.pth')
+    parser.add_argument(
+        '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none', help='job launcher')
+    # torch.distributed.launch passes --local-rank / --local_rank
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Load ``args.config`` with the shared options applied; the work dir is
+    the command line's, else the config's, else
+    ``./work_dirs/<config name>``."""
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    cfg = load_config(args.config, args.cfg_options)
+    cfg.launcher = args.launcher
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    return cfg

@@ -1,0 +1,140 @@
+"""Pre-flight checks: every input a run reads (data, evaluator files, the
+backbone's arguments, checkpoints) is checked before anything is written,
+and a problem is one paragraph (:class:`~xcit_dense.errors.UserError`)."""
+import os.path as osp
+from typing import Iterator, Mapping, Tuple
+
+from .checkpoint import is_url, local_checkpoint, read_checkpoint
+from .checkpoint.published import is_published
+from .checkpoint.resume import checkpoint_to_resume
+from .errors import CheckpointError, UserError
+
+
+def _datasets(cfg) -> Iterator[Tuple[str, dict]]:
+    """(split, dataset config) of every dataloader, wrappers unwrapped."""
+    for split in ('train', 'val', 'test'):
+        loader = cfg.get(f'{split}_dataloader')
+        if not loader:
+            continue
+        stack = [loader.get('dataset')]
+        while stack:
+            ds = stack.pop()
+            if not ds:
+                continue
+            if 'dataset' in ds:
+                stack.append(ds['dataset'])
+            elif 'datasets' in ds:
+                stack.extend(ds['datasets'])
+            else:
+                yield split, ds
+
+def check_datasets(cfg, splits) -> None:
+    """Every annotation file and image / label directory must exist."""
+    for split, ds in _datasets(cfg):
+        if split not in splits:
+            continue
+        root = ds.get('data_root') or ''
+        where = (f'the {split} dataset ({ds.get("type")}, data_root='
+                 f'{root!r})')
+        hint = (f'Generate or download the data, or point the config at it, '
+                f'e.g. --cfg-options {split}_dataloader.dataset.data_root='
+                '/path/to/data')
+        if root and not osp.isdir(root):
+            raise UserError(f'The data root of {where} does not exist: '
+                            f'{root}. {hint}')
+        ann = ds.get('ann_file')
+        if ann:
+            path = ann if osp.isabs(ann) else osp.join(root, ann)
+            # mmseg's ann_file is optional and may name a split list.
+            if not osp.isfile(path):
+                raise UserError(f'The annotation file of {where} does not '
+                                f'exist: {path}. {hint}')
+        prefix = ds.get('data_prefix') or {}
+        for key, rel in prefix.items():
+            path = rel if osp.isabs(rel) else osp.join(root, rel)
+            if rel and not osp.isdir(path):
+                raise UserError(f'The {key} directory of {where} does not '
+                                f'exist: {path}. {hint}')
+
+def check_evaluators(cfg, splits) -> None:
+    """Annotation files the evaluators read (mmdet's CocoMetric) must
+    exist."""
+    for split in splits:
+        evaluators = cfg.get(f'{split}_evaluator') or []
+        for evaluator in (evaluators if isinstance(evaluators, (list, tuple))
+                          else [evaluators]):
+            ann = (evaluator or {}).get('ann_file')
+            if ann and not osp.isfile(ann):
+                raise UserError(
+                    f'The annotation file of the {split} evaluator '
+                    f'({evaluator.get("type")}) does not exist: {ann}. Point '
+                    f'the config at it, e.g. --cfg-options {split}_evaluator.'
+                    'ann_file=/path/to/annotations.json')
+
+def check_backbone(cfg) -> None:
+    """Validate an XCiT backbone config before anything is built."""
+    backbone = (cfg.get('model') or {}).get('backbone') or {}
+    if str(backbone.get('type', '')).split('.')[-1] != 'XCiT':
+        return
+    from .models.presets import DEFAULT_ARCH, check_out_indices, resolve_arch
+    try:
+        settings = resolve_arch(
+            backbone.get('arch', DEFAULT_ARCH),
+            **{k: backbone.get(k) for k in ('patch_size', 'embed_dim',
+                                            'depth', 'num_heads', 'eta')})
+        check_out_indices(backbone.get('out_indices'), settings['depth'])
+    except ValueError as e:
+        raise UserError(f'Bad backbone in the config (model.backbone): {e}')
+
+def read_checked(path: str, what: str) -> Tuple[str, Mapping]:
+    """The local path of the checkpoint at ``path`` (a file or an http(s)
+    URL, downloaded once into torch's hub cache) and its contents; a missing
+    or unreadable one is a :class:`UserError` naming ``what`` it is."""
+    hint = (' Pass a local file or an http(s) URL, e.g. --cfg-options '
+            'model.backbone.init_cfg.checkpoint=PATH_OR_URL.'
+            if 'pretrained' in what else '')
+    if not is_url(path) and not osp.isfile(str(path)):
+        raise UserError(f'The {what} does not exist: {path}.{hint}')
+    try:
+        local = local_checkpoint(path)
+        return local, read_checkpoint(local)
+    except CheckpointError as e:
+        raise UserError(f'The {what} cannot be used: {e}')
+
+def check_checkpoint(path: str, what: str) -> str:
+    """Check the checkpoint at ``path`` (see :func:`read_checked`) and
+    return its local path."""
+    return read_checked(path, what)[0]
+
+def check_inputs(cfg, training: bool) -> None:
+    """Fail early, before a work dir is written, on missing or bad inputs.
+
+    Checkpoints given as URLs are downloaded here (once) and the config is
+    pointed at the local copy, which is then read without arbitrary
+    unpickling like any other file."""
+    check_backbone(cfg)
+    check_datasets(cfg, ('train', 'val') if training else ('test', ))
+    check_evaluators(cfg, ('val', ) if training else ('test', ))
+    if training:
+        init = ((cfg.get('model') or {}).get('backbone') or {}).get(
+            'init_cfg') or {}
+        if init.get('type') == 'Pretrained':
+            init['checkpoint'] = check_checkpoint(init.get('checkpoint'),
+                                                  'pretrained checkpoint')
+        checkpoint = None
+        if cfg.get('resume') and not cfg.get('load_from'):
+            # --resume without a path: the newest complete checkpoint of the
+            # work dir (none: the run starts from the beginning)
+            cfg.load_from, checkpoint = checkpoint_to_resume(cfg.work_dir)
+        elif cfg.get('load_from'):
+            what = ('checkpoint to resume from' if cfg.get('resume') else
+                    'checkpoint to start from (load_from)')
+            cfg.load_from, checkpoint = read_checked(cfg.load_from, what)
+        if checkpoint is not None and cfg.get('resume') and \
+                is_published(checkpoint):
+            raise UserError(
+                f'Cannot resume from {cfg.load_from}: it is a published '
+                'XCiT checkpoint (mmdet 2 / mmseg 0 layout) with no '
+                'optimizer or scheduler state of this toolkit. Fine-tune '
+                'from it with --cfg-options load_from=FILE (no --resume) '
+                'or evaluate it with tools/test.py.')

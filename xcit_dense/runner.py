@@ -1,0 +1,89 @@
+"""Building mmengine's Runner for a config, fitted to the machine: a GPU
+recipe on a machine without one (fp32, BatchNorm, gloo), the hooks and
+checkpoint backend every run needs, the CPU process group."""
+import torch
+from mmengine.config import ConfigDict
+
+REQUIRED_HOOKS = ('CheckpointImportHook', 'PreemptionHook')
+
+def add_required_hooks(cfg) -> None:
+    """Make sure the runner converts published checkpoints and checks every
+    loaded one strictly, saves a checkpoint on SIGTERM / SIGINT / SIGUSR1
+    (:mod:`xcit_dense.hooks`) and writes checkpoints atomically, also when a
+    config replaced the recipe's ``custom_hooks`` or checkpoint hook."""
+    hooks = list(cfg.get('custom_hooks') or [])
+    for name in REQUIRED_HOOKS:
+        if not any(str(h.get('type', '')).split('.')[-1] == name
+                   for h in hooks):
+            hooks.append(dict(type=f'xcit_dense.{name}'))
+    cfg.custom_hooks = hooks
+    checkpoint = (cfg.get('default_hooks') or {}).get('checkpoint')
+    if checkpoint is not None and not checkpoint.get('backend_args'):
+        checkpoint['backend_args'] = dict(backend='atomic_local')
+
+def adapt_to_machine(cfg) -> None:
+    """Fit a GPU recipe to a machine without one, saying what changed."""
+    if torch.cuda.is_available():
+        return
+    notes = []
+    wrapper = cfg.get('optim_wrapper') or {}
+    if wrapper.get('type') == 'AmpOptimWrapper':
+        wrapper['type'] = 'OptimWrapper'
+        wrapper.pop('loss_scale', None)
+        notes.append("fp32 training (mmengine's AmpOptimWrapper needs a GPU)")
+    if cfg.get('sync_bn') or replace_syncbn(cfg.get('model')):
+        cfg.sync_bn = None
+        notes.append('BatchNorm instead of SyncBN')
+    env = cfg.setdefault('env_cfg', ConfigDict())
+    env.setdefault('dist_cfg', ConfigDict())['backend'] = 'gloo'
+    if cfg.get('launcher', 'none') != 'none':
+        # DDP over CPU processes takes no device_ids (mmengine's default
+        # passes LOCAL_RANK); otherwise as mmengine's default wrapper.
+        cfg.model_wrapper_cfg = dict(
+            type='MMDistributedDataParallel', device_ids=None,
+            broadcast_buffers=False,
+            find_unused_parameters=cfg.get('find_unused_parameters', False))
+        notes.append('multi-process training over gloo')
+    if notes:
+        print(f'No GPU: {"; ".join(notes)}.', flush=True)
+
+def replace_syncbn(node) -> bool:
+    """Turn every ``dict(type='SyncBN')`` below ``node`` into BatchNorm."""
+    found = False
+    if isinstance(node, dict):
+        if node.get('type') == 'SyncBN':
+            node['type'] = 'BN'
+            found = True
+        for value in node.values():
+            found |= replace_syncbn(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            found |= replace_syncbn(value)
+    return found
+
+def maybe_init_cpu_distributed(cfg) -> None:
+    """Start the gloo process group for CPU-only multi-process runs (mmengine
+    would call torch.cuda.set_device, which needs a GPU)."""
+    if cfg.get('launcher', 'none') != 'pytorch' or torch.cuda.is_available():
+        return
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo')
+
+def build_runner(cfg):
+    """mmengine's Runner for ``cfg``, fitted to this machine first."""
+    adapt_to_machine(cfg)
+    add_required_hooks(cfg)
+    maybe_init_cpu_distributed(cfg)
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+    return Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
+        RUNNERS.build(cfg)
+
+def finish_distributed() -> None:
+    """Leave the process group cleanly (gloo may abort at interpreter exit
+    otherwise)."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -7,12 +7,7 @@ from mmengine.dist import all_reduce, barrier
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
-from .checkpoint.published import (
-    check_model_weights,
-    convert_published,
-    is_published,
-)
-from .errors import CheckpointError
+from .checkpoint.published import is_published, model_weights, refuse_resume
 from .registry import HOOKS
 from .training import AtomicLocalBackend
 
@@ -32,36 +27,28 @@ class CheckpointImportHook(Hook):
     Loading with ``load_from`` (fine-tuning) may change the number of
     classes: the class-dependent output layers that differ in shape are then
     left freshly initialised and named in the log. Resuming from a published
-    checkpoint is refused (it holds no optimizer state of ours).
+    checkpoint is refused (it holds no optimizer state of ours). Whether the
+    runner resumes or fine-tunes is read from its config (``resume``,
+    ``load_from``), as ``Runner.from_cfg`` builds it.
     """
 
     priority = 'VERY_HIGH'
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        published = is_published(checkpoint)
-        if published and runner._resume:
-            raise CheckpointError(
-                'Cannot resume from a published XCiT checkpoint (mmdet 2 / '
-                'mmseg 0 layout): it holds no optimizer or scheduler state '
-                'of this toolkit. Fine-tune from it with load_from=FILE and '
-                'without --resume, or evaluate it with tools/test.py.')
-        if published:
-            converted, changes = convert_published(checkpoint)
-            checkpoint.clear()
-            checkpoint.update(converted)
-            print_log('Converted a published XCiT checkpoint to the mmdet '
-                      '3 / mmseg 1 layout: ' + '; '.join(changes) + '.',
-                      logger='current')
+        resume = bool(runner.cfg.get('resume'))
+        if resume and is_published(checkpoint):
+            refuse_resume(runner.cfg.get('load_from') or 'the checkpoint')
         model = runner.model
         while hasattr(model, 'module'):  # DDP, test-time augmentation
             model = model.module
-        state_dict = checkpoint.get('state_dict', checkpoint)
-        state_dict = {k[len('module.'):] if k.startswith('module.') else k: v
-                      for k, v in state_dict.items()}
-        weights, reinit = check_model_weights(
-            state_dict, model.state_dict(),
-            allow_new_classes=not runner._resume
-            and runner._load_from is not None)
+        converted, weights, reinit = model_weights(
+            checkpoint, model.state_dict(),
+            allow_new_classes=not resume and
+            runner.cfg.get('load_from') is not None,
+            log=lambda msg: print_log(msg, logger='current'))
+        if converted is not checkpoint:  # a published one, converted
+            checkpoint.clear()
+            checkpoint.update(converted)
         if reinit:
             print_log(
                 'Fine-tuning to other classes: the class-dependent layers '

@@ -5,7 +5,7 @@ import os.path as osp
 from typing import Iterator, Mapping, Tuple
 
 from .checkpoint import is_url, local_checkpoint, read_checkpoint
-from .checkpoint.published import is_published
+from .checkpoint.published import is_published, refuse_resume
 from .checkpoint.resume import checkpoint_to_resume
 from .errors import CheckpointError, UserError
 
@@ -132,9 +132,4 @@ def check_inputs(cfg, training: bool) -> None:
             cfg.load_from, checkpoint = read_checked(cfg.load_from, what)
         if checkpoint is not None and cfg.get('resume') and \
                 is_published(checkpoint):
-            raise UserError(
-                f'Cannot resume from {cfg.load_from}: it is a published '
-                'XCiT checkpoint (mmdet 2 / mmseg 0 layout) with no '
-                'optimizer or scheduler state of this toolkit. Fine-tune '
-                'from it with --cfg-options load_from=FILE (no --resume) '
-                'or evaluate it with tools/test.py.')
+            refuse_resume(cfg.load_from)

@@ -30,6 +30,7 @@ import torch.nn as nn
 
 from ..errors import CheckpointError
 from .files import read_checkpoint
+from .keys import mismatch_paragraph, without_module_prefix
 
 # Top-level weights of the classification model that the backbone does not
 # have: class token(s), class-attention blocks, final norm, heads.
@@ -91,8 +92,7 @@ def convert_state_dict(state_dict: Mapping[str, torch.Tensor]
         The converted state dict, and the dropped keys with the reason.
     """
     dropped: Dict[str, str] = {}
-    items = [(k[len('module.'):] if k.startswith('module.') else k, v)
-             for k, v in state_dict.items()]
+    items = list(without_module_prefix(state_dict).items())
     if any(k.startswith('backbone.') for k, _ in items):
         kept = []
         for k, v in items:
@@ -171,27 +171,16 @@ def match_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]
     missing = [k for k in missing if k not in fresh]
 
     if missing or unexpected or problems:
-        lines = ['The checkpoint does not fit the XCiT backbone '
-                 f'(arch {getattr(model, "arch", None)!r}, '
-                 f'{getattr(model, "arch_settings", {})}):']
-        if missing:
-            lines.append(f'  missing backbone weights ({len(missing)}): '
-                         f'{_short(missing)}')
-        if unexpected:
-            lines.append(f'  unexpected keys ({len(unexpected)}): '
-                         f'{_short(unexpected)}')
-        if problems:
-            lines.append(f'  shape mismatches ({len(problems)}): '
-                         f'{_short(problems)}')
-        lines.append('  Check that the arch (or embed_dim, depth, '
-                     'num_heads, patch_size) matches the checkpoint.')
-        raise CheckpointError('\n'.join(lines))
+        raise CheckpointError(mismatch_paragraph(
+            'The checkpoint does not fit the XCiT backbone '
+            f'(arch {getattr(model, "arch", None)!r}, '
+            f'{getattr(model, "arch_settings", {})}):',
+            [('missing backbone weights', missing),
+             ('unexpected keys', unexpected),
+             ('shape mismatches', problems)],
+            'Check that the arch (or embed_dim, depth, num_heads, '
+            'patch_size) matches the checkpoint.'))
     return to_load, unused, fresh
-
-
-def _short(keys: List[str], n: int = 12) -> str:
-    return ', '.join(keys[:n]) + (f', ... (+{len(keys) - n} more)'
-                                  if len(keys) > n else '')
 
 
 def _group(keys) -> List[str]:

@@ -16,7 +16,10 @@ verified).
 :func:`convert_published` maps a published checkpoint to ours in memory;
 :func:`check_model_weights` compares any whole-model state dict with a model,
 strictly, allowing only the class-dependent output layers to differ in shape
-when fine-tuning to other classes.
+when fine-tuning to other classes; :func:`model_weights` does both for any
+whole-model checkpoint (the one implementation the Runner's
+``CheckpointImportHook`` and :func:`load_model_checkpoint` share), and
+:func:`refuse_resume` is the rule for resuming from a published one.
 """
 import re
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -24,6 +27,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 
 from ..errors import CheckpointError
+from .keys import mismatch_paragraph, without_module_prefix
 
 # Every difference of the published weights' names from ours.
 RENAMED = (('backbone.pos_embeder.', 'backbone.pos_embed.'), )
@@ -88,12 +92,12 @@ def convert_published(checkpoint: Mapping) -> Tuple[Dict, List[str]]:
     log = []
     state_dict = {}
     renamed = {src: 0 for src, _ in RENAMED}
-    for key, value in checkpoint['state_dict'].items():
+    for key, value in without_module_prefix(
+            checkpoint['state_dict']).items():
         if not isinstance(value, torch.Tensor):
             raise CheckpointError(
                 f'The published checkpoint holds a non-tensor entry {key!r} '
                 f'({type(value).__name__}) in its state_dict.')
-        key = key[len('module.'):] if key.startswith('module.') else key
         for src, dst in RENAMED:
             if key.startswith(src):
                 renamed[src] += 1
@@ -143,20 +147,47 @@ def check_model_weights(state_dict: Mapping[str, torch.Tensor],
                 shapes.append(f'{key}: checkpoint {tuple(value.shape)} vs '
                               f'model {tuple(model_state[key].shape)}')
     if missing or unexpected or shapes:
-        lines = ['The checkpoint does not fit the model of the config:']
-        for what, keys in (('missing weights', missing),
-                           ('unexpected keys', unexpected),
-                           ('shape mismatches', shapes)):
-            if keys:
-                more = f', ... (+{len(keys) - 12} more)' if len(
-                    keys) > 12 else ''
-                lines.append(f'  {what} ({len(keys)}): '
-                             f'{", ".join(keys[:12])}{more}')
-        lines.append(
-            '  Check that the config matches the checkpoint (backbone arch '
-            'and patch size, neck and head channels, number of classes).')
-        raise CheckpointError('\n'.join(lines))
+        raise CheckpointError(mismatch_paragraph(
+            'The checkpoint does not fit the model of the config:',
+            [('missing weights', missing), ('unexpected keys', unexpected),
+             ('shape mismatches', shapes)],
+            'Check that the config matches the checkpoint (backbone arch '
+            'and patch size, neck and head channels, number of classes).'))
     return {k: v for k, v in state_dict.items() if k not in reinit}, reinit
+
+
+def refuse_resume(source: str) -> None:
+    """The rule for resuming from a published checkpoint: refused, it holds
+    no optimizer or scheduler state of this toolkit (raises
+    :class:`CheckpointError`)."""
+    raise CheckpointError(
+        f'Cannot resume from {source}: it is a published XCiT checkpoint '
+        '(mmdet 2 / mmseg 0 layout) with no optimizer or scheduler state of '
+        'this toolkit. Fine-tune from it with load_from=FILE (e.g. '
+        '--cfg-options load_from=FILE, no --resume) or evaluate it with '
+        'tools/test.py.')
+
+
+def model_weights(checkpoint: Mapping, model_state: Mapping,
+                  allow_new_classes: bool = False, log=print
+                  ) -> Tuple[Mapping, Dict[str, torch.Tensor], List[str]]:
+    """A whole detector / segmentor checkpoint (ours, or published and
+    converted in memory, each change logged) checked strictly against
+    ``model_state`` (see :func:`check_model_weights`). Returns the
+    checkpoint in our layout, the weights to load and the class layers
+    left freshly initialised."""
+    if is_published(checkpoint):
+        checkpoint, changes = convert_published(checkpoint)
+        log('Converted a published XCiT checkpoint to the mmdet 3 / mmseg 1 '
+            'layout: ' + '; '.join(changes) + '.')
+    if not isinstance(checkpoint, Mapping):
+        raise CheckpointError('Not a checkpoint of a model: '
+                              f'{type(checkpoint).__name__}.')
+    state_dict = without_module_prefix(checkpoint.get('state_dict',
+                                                      checkpoint))
+    weights, reinit = check_model_weights(state_dict, model_state,
+                                          allow_new_classes)
+    return checkpoint, weights, reinit
 
 
 def load_model_checkpoint(model: torch.nn.Module, path: str,
@@ -170,16 +201,8 @@ def load_model_checkpoint(model: torch.nn.Module, path: str,
     :class:`xcit_dense.hooks.CheckpointImportHook`.
     """
     from .files import read_checkpoint
-    log = logger.info if logger is not None else print
-    checkpoint = read_checkpoint(path)
-    if is_published(checkpoint):
-        checkpoint, changes = convert_published(checkpoint)
-        log('Converted a published XCiT checkpoint: ' + '; '.join(changes))
-    if not isinstance(checkpoint, Mapping):
-        raise CheckpointError(f'{path} is not a checkpoint of a model.')
-    state_dict = checkpoint.get('state_dict', checkpoint)
-    state_dict = {k[len('module.'):] if k.startswith('module.') else k: v
-                  for k, v in state_dict.items()}
-    weights, _ = check_model_weights(state_dict, model.state_dict())
+    checkpoint, weights, _ = model_weights(
+        read_checkpoint(path), model.state_dict(),
+        log=logger.info if logger is not None else print)
     model.load_state_dict(weights, strict=False)
     return dataset_meta_of(checkpoint.get('meta') or {})

@@ -1,0 +1,32 @@
+"""What every checkpoint loader shares: DDP's ``module.`` prefix removed,
+and the paragraph a strict comparison ends with when keys do not match."""
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+#: keys named in a mismatch paragraph before "... (+N more)"
+SHOWN_KEYS = 12
+
+
+def without_module_prefix(state_dict: Mapping) -> Dict:
+    """``state_dict`` with the ``module.`` prefix of DDP-wrapped models
+    removed from its keys."""
+    return {k[len('module.'):] if k.startswith('module.') else k: v
+            for k, v in state_dict.items()}
+
+
+def short(keys: List[str], n: int = SHOWN_KEYS) -> str:
+    """The first ``n`` keys, then how many more."""
+    return ', '.join(keys[:n]) + (f', ... (+{len(keys) - n} more)'
+                                  if len(keys) > n else '')
+
+
+def mismatch_paragraph(title: str,
+                       groups: Sequence[Tuple[str, List[str]]],
+                       advice: str) -> str:
+    """``title``, one line per non-empty group of keys (``'missing
+    weights'``, ``'unexpected keys'``, ``'shape mismatches'``, ...) and the
+    ``advice`` on what to check."""
+    lines = [title]
+    lines += [f'  {what} ({len(keys)}): {short(keys)}'
+              for what, keys in groups if keys]
+    lines.append(f'  {advice}')
+    return '\n'.join(lines)

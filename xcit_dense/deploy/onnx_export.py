@@ -65,6 +65,9 @@ def example_input(graph: nn.Module, batch: int, height: int, width: int,
 
 def random_input(batch: int, channels: int, height: int, width: int,
                  images: bool, seed: int = 0) -> torch.Tensor:
+    """The input an export is verified with first (seeded): pixel values
+    in [0, 255] for ``images`` (whole segmentors), else standard-normal
+    values."""
     gen = torch.Generator().manual_seed(seed)
     if images:
         return torch.randint(0, 256, (batch, channels, height, width),

@@ -17,7 +17,8 @@ Everywhere else (autocast, ``torch.compile``, CUDA, other dtypes) the same
 functions run ``F.linear`` / ``F.conv2d`` and element-wise ops, so autograd,
 autocast and compilers see standard operators.
 """
-from typing import List, Optional, Sequence
+from contextlib import contextmanager
+from typing import Iterator, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,18 @@ ACTIVATIONS = (None, 'gelu')
 #: inference); ``'onednn'``: oneDNN GEMMs with autograd (fp32 CPU training);
 #: ``'torch'``: standard operators.
 BACKENDS = ('fused', 'onednn', 'torch')
+
+
+@contextmanager
+def fused_kernels(enabled: bool) -> Iterator[None]:
+    """``with fused_kernels(False):`` runs the standard operators inside
+    the block; the previous setting is restored after."""
+    previous = _enabled
+    set_fused_kernels(enabled)
+    try:
+        yield
+    finally:
+        set_fused_kernels(previous)
 
 
 def set_fused_kernels(enabled: bool) -> None:

@@ -1,0 +1,8 @@
+"""Benchmarks of backbones, whole detectors and segmentors: latency, memory
+and multiply-adds by input size, each measurement in a fresh process
+(``tools/benchmark.py`` is the command line)."""
+from .names import parse_model, trainable
+from .report import write_outputs
+from .runs import measure
+
+__all__ = ['measure', 'parse_model', 'trainable', 'write_outputs']

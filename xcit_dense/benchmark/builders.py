@@ -1,0 +1,128 @@
+"""The models and inputs the benchmark measures, random weights (seeded by
+the caller): XCiT backbones and their peers, whole detectors and segmentors
+from our configs and mmdet's."""
+from .names import DETECTORS, SEGMENTORS, config_path
+
+
+def build_backbone(base: str, variants: set, device: str):
+    """A backbone by benchmark name, random weights."""
+    import torch
+    if base.startswith('xcit_'):
+        from ..models import XCiT
+        amp_dtype = 'bfloat16' if torch.device(device).type == 'cpu' \
+            else 'float16'
+        return XCiT(arch=base[len('xcit_'):], with_cp='cp' in variants,
+                    compile_cfg=True if 'compile' in variants else None,
+                    autocast_dtype=amp_dtype if 'bf16' in variants else None,
+                    fast_path='reference' not in variants)
+    if base in ('swin_t', 'r50'):
+        from mmdet.registry import MODELS
+        from mmengine.registry import init_default_scope
+        init_default_scope('mmdet')
+        if base == 'swin_t':
+            return MODELS.build(dict(
+                type='SwinTransformer', embed_dims=96, depths=[2, 2, 6, 2],
+                num_heads=[3, 6, 12, 24], window_size=7,
+                out_indices=(0, 1, 2, 3)))
+        return MODELS.build(dict(type='ResNet', depth=50,
+                                 out_indices=(0, 1, 2, 3)))
+    import timm
+    arch = {'vit_s16': 'vit_small_patch16_224',
+            'vit_b16': 'vit_base_patch16_224'}[base]
+    model = timm.create_model(arch, pretrained=False, num_classes=0,
+                              dynamic_img_size=True)
+    model.forward = model.forward_features
+    return model
+
+
+def build_detector(base: str, variants: set):
+    from mmdet.utils import register_all_modules
+    from mmengine.config import Config
+    from mmengine.hub import get_config
+    from mmengine.registry import init_default_scope
+    register_all_modules()
+    from mmdet.registry import MODELS
+
+    path = config_path(DETECTORS[base])
+    cfg = get_config(path) if '::' in path else Config.fromfile(path)
+    init_default_scope('mmdet')
+    cfg.model.backbone.init_cfg = None  # random weights, no download
+    cfg.model.test_cfg.rcnn.score_thr = 0.0  # 100 detections per image
+    if 'reference' in variants:
+        cfg.model.backbone.update(fast_path=False, compile_cfg=None)
+    return MODELS.build(cfg.model)
+
+
+def build_segmentor(base: str, variants: set, device: str):
+    """The mmseg model of a segmentor config (for training steps), random
+    weights; SyncBN as BatchNorm on the CPU."""
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmseg.registry import MODELS
+    from mmseg.utils import register_all_modules
+    register_all_modules()
+    from ..runner import replace_syncbn
+    cfg = Config.fromfile(config_path(SEGMENTORS[base]))
+    init_default_scope('mmseg')
+    cfg.model.backbone.init_cfg = None  # random weights, no download
+    if 'reference' in variants:
+        cfg.model.backbone.update(fast_path=False, compile_cfg=None)
+    if device == 'cpu':
+        replace_syncbn(cfg.model)
+    return MODELS.build(cfg.model)
+
+
+def build_segmentor_graph(base: str, variants: set):
+    """The whole segmentor as exported (image in, logits and labels out),
+    random weights (seeded by the caller)."""
+    from mmengine.config import Config
+
+    from ..deploy import SegmentorGraph
+    from ..inference import init_model
+    cfg = Config.fromfile(config_path(SEGMENTORS[base]))
+    cfg.model.backbone.init_cfg = None  # random weights, no download
+    cfg.model.backbone.fast_path = 'reference' not in variants
+    if 'compile' in variants:
+        cfg.model.backbone.compile_cfg = True
+    return SegmentorGraph(init_model(cfg, None))
+
+
+def build_exportable(base: str):
+    """What the runtimes run: the XCiT pyramid or the whole segmentor, with
+    the weights every process builds from seed 0."""
+    import torch
+    torch.manual_seed(0)
+    if base in SEGMENTORS:
+        return build_segmentor_graph(base, {'reference'})
+    from ..deploy import FeatureGraph
+    holder = torch.nn.Module()
+    holder.backbone = build_backbone(base, {'reference'}, 'cpu').eval()
+    return FeatureGraph(holder, with_neck=False)
+
+
+def segmentation_batch(model, batch: int, h: int, w: int):
+    """Preprocessed random images and labels (150 classes, some pixels
+    ignored) for a segmentor's ``loss``."""
+    import torch
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+    samples = []
+    for _ in range(batch):
+        sample = SegDataSample(metainfo=dict(img_shape=(h, w),
+                                             ori_shape=(h, w),
+                                             pad_shape=(h, w)))
+        label = torch.randint(0, model.decode_head.num_classes, (1, h, w))
+        label[:, :8] = 255
+        sample.gt_sem_seg = PixelData(data=label)
+        samples.append(sample)
+    data = model.data_preprocessor(dict(
+        inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
+                for _ in range(batch)], data_samples=samples), training=True)
+    return data['inputs'], data['data_samples']
+
+
+def example_input(base: str, batch: int, size):
+    """The input of a runtime / segmentor measurement: the first one the
+    export verification uses (pixel values for segmentors)."""
+    from ..deploy import random_input
+    return random_input(batch, 3, *size, images=base in SEGMENTORS)

@@ -1,0 +1,321 @@
+"""One measurement, in the process that runs it (``tools/benchmark.py``
+starts a fresh process per measurement: ``python -m
+xcit_dense.benchmark.measure``, arguments as the tool's hidden worker
+options). Prints one JSON line."""
+import argparse
+import json
+import os
+import os.path as osp
+import resource
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, NamedTuple, Optional
+
+import torch
+
+from .builders import (
+    build_backbone,
+    build_detector,
+    build_exportable,
+    build_segmentor,
+    build_segmentor_graph,
+    example_input,
+    segmentation_batch,
+)
+from .names import DETECTORS, RUNTIMES, SEGMENTORS, parse_model
+
+
+class Subject(NamedTuple):
+    """What one measurement runs: ``forward()`` of ``model`` (``None`` for
+    an ONNX runtime) on its input ``x`` (``None`` for mm models, which take
+    their own batch), and whether its output is a loss dict."""
+    model: Optional[torch.nn.Module]
+    forward: Callable
+    x: Optional[torch.Tensor]
+    losses: bool
+
+
+def onnx_file(out_dir: str, model: str, size) -> str:
+    """Where the ONNX export of ``model`` at ``size`` is written."""
+    return osp.join(out_dir, 'onnx',
+                    f'{model.partition("@")[0]}_{size[0]}x{size[1]}.onnx')
+
+
+def export_row(args) -> dict:
+    """Export (and verify) the model at the size, in this process."""
+    from ..deploy import export_onnx
+    base, _ = parse_model(args.model)
+    path = onnx_file(args.out_dir, args.model, args.size)
+    start = time.perf_counter()
+    rows = export_onnx(build_exportable(base), path, args.batch, *args.size,
+                       log=lambda _: None)
+    return dict(export_s=time.perf_counter() - start, onnx_file=path,
+                export_max_rel_diff=max(r.get('max_rel_diff', 0.)
+                                        for r in rows))
+
+
+def runtime_session(runtime: str, path: str, threads: int):
+    """A callable ``f(numpy input) -> list of numpy outputs`` running the
+    ONNX file on ``runtime``."""
+    if runtime == 'onnxruntime':
+        from ..deploy import onnxruntime_session
+        session = onnxruntime_session(path, threads)
+        name = session.get_inputs()[0].name
+        return lambda x: session.run(None, {name: x})
+    import openvino as ov
+    compiled = ov.Core().compile_model(
+        path, 'CPU', {'INFERENCE_NUM_THREADS': threads,
+                      'INFERENCE_PRECISION_HINT': 'f32'})
+    request = compiled.create_infer_request()
+
+    def run(x):
+        results = request.infer([x])  # one inference, all outputs
+        return [results[o] for o in compiled.outputs]
+    return run
+
+
+def matmul_rate(device: str, n: int, repeat: int, dtype_name: str) -> float:
+    """GFLOP/s of an ``n x n`` matmul in ``dtype_name`` on ``device``."""
+    dtype = getattr(torch, dtype_name)
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    times = []
+    for i in range(2 + max(repeat, 5)):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times) / 1e9
+
+
+def _sync(device: str) -> None:
+    if device == 'cuda':
+        torch.cuda.synchronize()
+
+
+def _rss_gib() -> float:
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**30
+
+
+def outputs(out) -> List:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def subject(args, base: str, variants: set) -> Subject:
+    """Build the model and input of the measurement."""
+    h, w = args.size
+    runtime = next(iter(variants & set(RUNTIMES)), None)
+    if runtime is not None:  # the exported file; no PyTorch model
+        session = runtime_session(runtime, onnx_file(
+            args.out_dir, args.model, args.size), args.threads)
+        x = example_input(base, args.batch, args.size)
+        x_np = x.numpy()
+        return Subject(None, lambda: session(x_np), x, False)
+    if base in SEGMENTORS and args.mode == 'train':
+        model = build_segmentor(base, variants, args.device).to(args.device)
+        inputs, samples = segmentation_batch(model.train(), args.batch, h, w)
+        return Subject(model, lambda: model.loss(inputs, samples), None,
+                       True)
+    if base in SEGMENTORS:
+        torch.manual_seed(0)
+        model = build_segmentor_graph(base, variants).to(args.device)
+        x = example_input(base, args.batch, args.size)
+        return Subject(model, lambda: model(x), x, False)
+    if base in DETECTORS:
+        return _detector_subject(args, base, variants)
+    model = build_backbone(base, variants, args.device).to(args.device)
+    model.train(args.mode == 'train')
+    x = torch.randn(args.batch, 3, h, w, device=args.device)
+    return Subject(model, lambda: model(x), x, False)
+
+
+def _detector_subject(args, base: str, variants: set) -> Subject:
+    """A detector on mmdet's demo inputs: 5 boxes and masks per image."""
+    from mmdet.testing import demo_mm_inputs
+    h, w = args.size
+    training = args.mode == 'train'
+    model = build_detector(base, variants).to(args.device).train(training)
+    packed = demo_mm_inputs(batch_size=args.batch, image_shapes=(3, h, w),
+                            num_classes=80, num_items=[5] * args.batch,
+                            with_mask=True)
+    for sample in packed['data_samples']:
+        sample.set_metainfo(dict(scale_factor=(1.0, 1.0), ori_shape=(h, w)))
+    data = model.data_preprocessor(packed, training=training)
+    inputs, samples = data['inputs'], data['data_samples']
+    run = model.loss if training else model.predict
+    return Subject(model, lambda: run(inputs, samples), None, training)
+
+
+def step_of(item: Subject, args, variants: set) -> Callable:
+    """One timed step: inference without autograd, or a training step (the
+    loss, or the sum of the outputs, backward); ``@amp`` under autocast as
+    mmengine's ``AmpOptimWrapper.optim_context``."""
+    forward = item.forward
+    if 'amp' in variants:
+        dtype = torch.float16 if args.device == 'cuda' else torch.bfloat16
+
+        def forward():
+            with torch.autocast(args.device, dtype=dtype):
+                return item.forward()
+    if args.mode == 'infer':
+        def step():
+            with torch.no_grad():
+                return forward()
+        return step
+
+    def train_step():
+        item.model.zero_grad(set_to_none=True)
+        out = forward()
+        loss = item.model.parse_losses(out)[0] if item.losses else \
+            sum(o.float().sum() for o in outputs(out))
+        loss.backward()
+    return train_step
+
+
+def timed(step: Callable, args) -> Dict:
+    """Times (median after warm-up, the first call apart) and peak memory
+    of ``step``; ``'out'``: the last step's output."""
+    if args.device == 'cuda':
+        torch.cuda.reset_peak_memory_stats()
+        base_mem = torch.cuda.memory_allocated() / 2**30
+    else:
+        base_mem = _rss_gib()
+    times, row = [], {}
+    for i in range(args.warmup + args.repeat):
+        _sync(args.device)
+        start = time.perf_counter()
+        out = step()
+        _sync(args.device)
+        if i == 0:
+            row['first_call_s'] = time.perf_counter() - start
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+    if args.device == 'cuda':
+        peak = torch.cuda.max_memory_allocated() / 2**30
+        row['memory'] = 'cuda max allocated'
+    else:  # ru_maxrss is in KiB on Linux
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        row['memory'] = 'peak RSS of the process'
+    row.update(peak_mem_gib=peak, activation_mem_gib=peak - base_mem,
+               seconds=statistics.median(times))
+    row['images_per_s'] = args.batch / row['seconds']
+    return dict(row, out=out)
+
+
+def measure_here(args) -> dict:
+    """One measurement in this (fresh) process."""
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    if args.model == 'matmul':
+        return {f'{name}_gflops_per_s': matmul_rate(
+            args.device, args.matmul_size, args.repeat, dtype)
+            for name, dtype in (('fp32', 'float32'), ('bf16', 'bfloat16'))}
+    if args.mode == 'export':
+        return export_row(args)
+    base, variants = parse_model(args.model)
+    item = subject(args, base, variants)
+    row = dict(model=args.model, h=args.size[0], w=args.size[1],
+               batch=args.batch, mode=args.mode, threads=args.threads,
+               device=args.device)
+    row.update(timed(step_of(item, args, variants), args))
+    out = row.pop('out')
+    # counted after the peak memory is read: the counters trace the model
+    if item.model is None or (base in SEGMENTORS and not item.losses):
+        row.update(_diff_to_exported(base, out, item.x))
+    elif args.mode == 'infer' and item.x is not None:
+        row.update(_backbone_counts(item, base, variants, args, out,
+                                    row['seconds']))
+    return row
+
+
+def _backbone_counts(item: Subject, base: str, variants: set, args,
+                     out, seconds: float) -> dict:
+    """Multiply-adds, the achieved rate and, for the fast path, the output
+    difference to the straightforward computation."""
+    counts = _count_gmac(item.model, base, variants, item.x[:1],
+                         args.device)
+    gmac = counts.get('executed_gmac_per_image', counts['gmac_per_image'])
+    counts['achieved_gflops_per_s'] = 2 * gmac * args.batch / seconds
+    if base.startswith('xcit_') and 'reference' not in variants:
+        # the same weights in a model built with fast_path=False
+        reference = build_backbone(base, {'reference'}, args.device)
+        reference.load_state_dict(item.model.state_dict())
+        with torch.no_grad():
+            refs = reference.to(args.device).eval()(item.x)
+        counts['max_rel_diff_vs_reference'] = max(
+            ((o.float() - r).abs().max() / r.abs().max()).item()
+            for o, r in zip(outputs(out), refs))
+    return counts
+
+
+def _diff_to_exported(base: str, out, x) -> dict:
+    """Largest difference of the (float) outputs to the straightforward
+    fp32 PyTorch computation with the same weights, relative to its largest
+    value."""
+    from ..models import fast_path
+    reference = build_exportable(base)
+    with torch.no_grad(), fast_path(False):
+        refs = reference(x)
+    outs = [torch.as_tensor(o) for o in outputs(out)]
+    diffs = [((o.float() - r).abs().max() / r.abs().max()).item()
+             for o, r in zip(outs, refs) if r.is_floating_point()]
+    return dict(max_rel_diff_vs_reference=max(diffs))
+
+
+def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
+    """Multiply-adds per image: ``gmac_per_image`` of the published design
+    (mmengine's counter; every XCiT variant computes the same maths, so it
+    is counted on the straightforward path, whose operators the counter
+    knows -- not the oneDNN custom operators, checkpointing or compiled
+    code) and, for the XCiT fast path, ``executed_gmac_per_image``."""
+    from mmengine.analysis import FlopAnalyzer
+    fast = base.startswith('xcit_') and 'reference' not in variants
+    counted = build_backbone(base, {'reference'}, device).to(device).eval() \
+        if fast else model
+    with torch.no_grad():
+        flops = FlopAnalyzer(counted, x)
+        flops.unsupported_ops_warnings(False)
+        flops.uncalled_modules_warnings(False)
+        counts = dict(gmac_per_image=flops.total() / 1e9)
+    if fast:
+        counts['executed_gmac_per_image'] = _executed_gmac(base, x)
+    return counts
+
+
+def _executed_gmac(base: str, x) -> float:
+    """Multiply-adds the XCiT fast path executes on ``x`` (inference), counted
+    by ``torch.utils.flop_counter`` on its standard-operator backend (the
+    counter does not see the oneDNN custom operators; the arithmetic is the
+    same)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..models.ops.onednn import fused_kernels
+    model = build_backbone(base, set(), str(x.device)).to(x.device).eval()
+    with fused_kernels(False), torch.no_grad(), \
+            FlopCounterMode(display=False) as counter:
+        model(x)
+    return counter.get_total_flops() / 2e9  # the counter: 2 per multiply-add
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--model', required=True)
+    parser.add_argument('--size', required=True,
+                        type=lambda t: tuple(map(int, t.split('x'))))
+    parser.add_argument('--batch', type=int, required=True)
+    parser.add_argument('--mode', required=True)
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--threads', type=int, default=os.cpu_count())
+    parser.add_argument('--repeat', type=int, default=3)
+    parser.add_argument('--warmup', type=int, default=1)
+    parser.add_argument('--matmul-size', type=int, default=4096)
+    parser.add_argument('--out-dir', default='work_dirs/benchmark')
+    print(json.dumps(measure_here(parser.parse_args(argv))))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The benchmark's model names: ``xcit_<preset>[@variant+...]``, the peer
+backbones, whole detectors and segmentors (see ``tools/benchmark.py``)."""
+import os.path as osp
+
+PEERS = ('swin_t', 'r50', 'vit_s16', 'vit_b16')
+DETECTORS = {
+    'mask_rcnn_xcit_s12': 'configs/coco/mask_rcnn_xcit_s12.py',
+    'mask_rcnn_swin_t': 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py',
+}
+SEGMENTORS = {
+    'upernet_xcit_s12': 'configs/ade20k/upernet_xcit_s12.py',
+}
+RUNTIMES = ('onnxruntime', 'openvino')
+XCIT_VARIANTS = ('reference', 'compile', 'bf16', 'cp', 'amp') + RUNTIMES
+SEGMENTOR_VARIANTS = ('reference', 'compile', 'amp') + RUNTIMES
+DETECTOR_VARIANTS = ('reference', 'amp')
+
+
+def config_path(path: str) -> str:
+    """A benchmark config: ``mmdet::`` names as they are, ours from the
+    clone or from the installed package's copy."""
+    if '::' in path:
+        return path
+    package = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    for root in (osp.dirname(package), osp.join(package, '.mim')):
+        if osp.isfile(osp.join(root, path)):
+            return osp.join(root, path)
+    return path
+
+
+def parse_model(name: str):
+    """``'xcit_small_12_p16@compile+bf16'`` -> (base name, set of variants);
+    raises ValueError on unknown names."""
+    base, _, suffix = name.partition('@')
+    variants = set(filter(None, suffix.split('+')))
+    if base.startswith('xcit_') or base in SEGMENTORS:
+        allowed = SEGMENTOR_VARIANTS if base in SEGMENTORS else XCIT_VARIANTS
+        if base.startswith('xcit_'):
+            from ..models import ARCH_SETTINGS
+            if base[len('xcit_'):] not in ARCH_SETTINGS:
+                raise ValueError(f'unknown XCiT preset in {name!r}; presets:'
+                                 f' {", ".join(ARCH_SETTINGS)}')
+        unknown = variants - set(allowed)
+        if unknown:
+            raise ValueError(f'unknown variant(s) {sorted(unknown)} in '
+                             f'{name!r}; allowed: {", ".join(allowed)}')
+        if {'reference', 'compile'} <= variants:
+            raise ValueError('the reference path is not compiled')
+        if variants & set(RUNTIMES) and len(variants) > 1:
+            raise ValueError(f'{name!r}: a runtime ({", ".join(RUNTIMES)}) '
+                             'runs the exported fp32 graph; it takes no '
+                             'other variant')
+        return base, variants
+    if base in DETECTORS:
+        allowed = DETECTOR_VARIANTS if base == 'mask_rcnn_xcit_s12' \
+            else ('amp',)
+        if variants - set(allowed):
+            raise ValueError(f'unknown variant(s) '
+                             f'{sorted(variants - set(allowed))} in '
+                             f'{name!r}; allowed: {", ".join(allowed)}')
+        return base, variants
+    if base in PEERS and not variants:
+        return base, variants
+    raise ValueError(
+        f'unknown model {name!r}; use xcit_<preset>[@variant+...] (variants: '
+        f'{", ".join(XCIT_VARIANTS)}), '
+        f'{", ".join(SEGMENTORS)}[@variant] (variants: '
+        f'{", ".join(SEGMENTOR_VARIANTS)}) or one of '
+        f'{", ".join(PEERS + tuple(DETECTORS))}')
+
+
+def trainable(name: str) -> bool:
+    """Measured in training too: not a runtime (segmentors train as mmseg
+    models; their compile variant is the exported graph's, inference
+    only)."""
+    base, variants = parse_model(name)
+    if base in SEGMENTORS and 'compile' in variants:
+        return False
+    return not variants & set(RUNTIMES)

@@ -1,0 +1,231 @@
+"""The benchmark's outputs: ``results.json``, ``results.md`` (tables and
+the ratios of every variant to its baseline measured in the same run) and
+``results.png`` (inference time and memory against pixels, log-log)."""
+import json
+import os.path as osp
+import sys
+
+from .names import DETECTORS, RUNTIMES
+from .runs import combine
+
+
+def _fmt(value, spec):
+    return '' if value is None else format(value, spec)
+
+
+def ratio_rows(results, against: str = 'reference'):
+    """Speed-up and memory ratios at the same size, batch and mode: each
+    variant against its ``@reference`` (``against='reference'``; the
+    reference with the same precision variant, ``@reference+amp`` for
+    ``@amp``, where it was measured), or each runtime row against the eager
+    PyTorch row of its model (``'eager'``)."""
+    def parts(r):
+        base, _, suffix = r['model'].partition('@')
+        return base, set(filter(None, suffix.split('+')))
+
+    def key(r, precision):
+        return (parts(r)[0], precision, r['h'], r['w'], r['batch'],
+                r['mode'])
+
+    def is_baseline(r):
+        return 'reference' in parts(r)[1] if against == 'reference' \
+            else not parts(r)[1]
+
+    def compared(r):
+        return against == 'reference' or parts(r)[1] & set(RUNTIMES)
+
+    refs = {key(r, frozenset(parts(r)[1] & {'amp'})): r for r in results
+            if 'error' not in r and is_baseline(r)}
+    rows = []
+    for r in results:
+        ref = refs.get(key(r, frozenset(parts(r)[1] & {'amp'}))) or \
+            refs.get(key(r, frozenset()))
+        if ref is None or r is ref or 'error' in r or not compared(r) or \
+                is_baseline(r):
+            continue
+        rows.append(dict(
+            model=r['model'], size=f'{r["h"]}x{r["w"]}', batch=r['batch'],
+            mode=r['mode'], speedup=ref['seconds'] / r['seconds'],
+            peak_mem_ratio=r['peak_mem_gib'] / ref['peak_mem_gib'],
+            activation_mem_ratio=(r['activation_mem_gib'] /
+                                  ref['activation_mem_gib']),
+            diff=r.get('max_rel_diff_vs_reference'),
+            export_s=r.get('export_s')))
+    return rows
+
+
+def scaling_rows(results, small=(800, 1344), large=(1600, 2688)):
+    """(model, batch, mode, time at ``large`` over time at ``small``)."""
+    times = {}
+    for r in results:
+        if 'error' not in r:
+            times[(r['model'], r['batch'], r['mode'], r['h'], r['w'])] = \
+                r['seconds']
+    rows = []
+    for (model, batch, mode, h, w), t in times.items():
+        if (h, w) == large and (model, batch, mode, *small) in times:
+            rows.append((model, batch, mode,
+                         t / times[(model, batch, mode, *small)]))
+    return rows
+
+
+def write_table(results, matmul, args, path):
+    """``results.md``: every row, then the ratios to the baselines measured
+    in the same run and the scaling from 800x1344 to 1600x2688."""
+    lines = _main_table(results, matmul, args)
+    lines += _reference_ratios(results) + _runtime_ratios(results) + \
+        _scaling(results)
+    with open(path, 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+
+
+def _main_table(results, matmul, args):
+    lines = [
+        f'{args.threads} threads, device {args.device}; median of '
+        f'{args.repeat} runs after {args.warmup} warm-up'
+        + (f', median over {args.rounds} interleaved rounds' if
+           args.rounds > 1 else '') + '; fp32 unless '
+        f'"@bf16" / "@amp"; machine matmul ({args.matmul_size}^2): fp32 '
+        f'{matmul["fp32_gflops_per_s"]:.0f} GFLOP/s, bf16 '
+        f'{matmul["bf16_gflops_per_s"]:.0f} GFLOP/s. Memory: '
+        + ('peak resident set of a fresh process per measurement (model '
+           'and libraries included); "act." = that peak minus the resident '
+           'set before the first step.' if args.device == 'cpu' else
+           'torch.cuda.max_memory_allocated; "act." = that minus the memory '
+           'allocated before the first step.'), '',
+        '| model | input | batch | mode | time (s) | images/s | first call '
+        '(s) | peak mem (GiB) | act. mem (GiB) | GMAC/image | executed '
+        'GMAC/image | achieved GFLOP/s |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- '
+        '| --- |'
+    ]
+    for r in results:
+        size = f'{r["h"]}x{r["w"]}'
+        head = f'| {r["model"]} | {size} | {r["batch"]} | {r["mode"]} | '
+        if 'error' in r:
+            lines.append(head + f'{r["error"]} | | | | | | | |')
+            continue
+        gmac = r.get('gmac_per_image')
+        lines.append(
+            head + f'{r["seconds"]:.3f} | {r["images_per_s"]:.2f} | '
+            f'{r["first_call_s"]:.1f} | {r["peak_mem_gib"]:.2f} | '
+            f'{r["activation_mem_gib"]:.2f} | '
+            f'{_fmt(gmac, ".1f")} | '
+            f'{_fmt(r.get("executed_gmac_per_image", gmac), ".1f")} | '
+            f'{_fmt(r.get("achieved_gflops_per_s"), ".0f")} |')
+    return lines
+
+
+def _reference_ratios(results):
+    rows = ratio_rows(results)
+    if not rows:
+        return []
+    lines = [
+        '', 'Against the straightforward computation (`@reference`, with '
+        'the same precision variant where one was measured), same run:', '',
+        '| model | input | batch | mode | speed-up | peak mem ratio | '
+        'act. mem ratio | max output diff (rel. to max) |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- |']
+    for r in rows:
+        lines.append(
+            f'| {r["model"]} | {r["size"]} | {r["batch"]} | {r["mode"]} '
+            f'| {r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
+            f'{r["activation_mem_ratio"]:.2f} | '
+            f'{_fmt(r["diff"], ".1e")} |')
+    return lines
+
+
+def _runtime_ratios(results):
+    rows = ratio_rows(results, against='eager')
+    if not rows:
+        return []
+    lines = [
+        '', 'Runtimes against our eager PyTorch path (fast path on), '
+        'same run (> 1: the runtime is faster):', '',
+        '| model | input | batch | speed-up over eager | peak mem ratio | '
+        'max output diff (rel. to max) | export + verification (s) |',
+        '| --- | --- | --- | --- | --- | --- | --- |']
+    for r in rows:
+        lines.append(
+            f'| {r["model"]} | {r["size"]} | {r["batch"]} | '
+            f'{r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
+            f'{_fmt(r["diff"], ".1e")} | {_fmt(r["export_s"], ".0f")} |')
+    return lines
+
+
+def _scaling(results):
+    scaling = scaling_rows(results)
+    if not scaling:
+        return []
+    return ['', 'Time at 1600x2688 over time at 800x1344 (4.0 is '
+            'linear in pixels):', '', '| model | batch | mode | ratio |',
+            '| --- | --- | --- | --- |'] + [
+        f'| {m} | {b} | {mode} | {t:.2f} |' for m, b, mode, t in scaling]
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.4))
+    series = {}
+    for r in results:
+        if 'error' not in r and r['mode'] == 'infer' and r['batch'] == 1 \
+                and r['model'] not in DETECTORS:
+            series.setdefault(r['model'], []).append(
+                (r['h'] * r['w'], r['seconds'], r['peak_mem_gib']))
+    for name, points in sorted(series.items()):
+        points.sort()
+        px = [p[0] / 1e6 for p in points]
+        style = '--' if name.endswith('@reference') else '-'
+        ax_t.plot(px, [p[1] for p in points], style, marker='o', label=name)
+        ax_m.plot(px, [p[2] for p in points], style, marker='o', label=name)
+    if series:
+        lo = min(p[0] for s in series.values() for p in s) / 1e6
+        hi = max(p[0] for s in series.values() for p in s) / 1e6
+        ref = min(s[0][1] for s in series.values())
+        ax_t.plot([lo, hi], [ref, ref * hi / lo], ':', color='grey',
+                  label='linear in pixels')
+        ax_t.legend(fontsize=7)
+    from matplotlib.ticker import NullFormatter
+    pixels = sorted({p[0] / 1e6 for s in series.values() for p in s})
+    for ax, label in ((ax_t, 'forward time (s)'),
+                      (ax_m, 'peak memory (GiB)')):
+        ax.set_xscale('log')
+        ax.set_yscale('log')
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        if pixels:  # one labelled tick per measured size
+            ticks = [v for i, v in enumerate(pixels)
+                     if i == 0 or v > 1.2 * pixels[i - 1]]
+            ax.set_xticks(ticks, [f'{v:.2g}' for v in ticks])
+        ax.set_yticks(*_log_ticks(ax))
+        ax.set_xlabel('pixels (millions)')
+        ax.set_ylabel(label)
+        ax.grid(True, which='both', alpha=0.3)
+    fig.suptitle('Backbone inference, batch 1')
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _log_ticks(ax):
+    """Readable major ticks (1, 2, 5 x 10^k) within the y range."""
+    lo, hi = ax.get_ylim()
+    ticks = [m * 10**k for k in range(-3, 4) for m in (1, 2, 5)
+             if lo <= m * 10**k <= hi]
+    return ticks, [f'{t:g}' for t in ticks]
+
+
+def write_outputs(runs, matmul, args):
+    """Write the three outputs from ``runs`` (rows by measurement, one per
+    round)."""
+    results = [combine(rounds) for rounds in runs.values()]
+    with open(osp.join(args.out_dir, 'results.json'), 'w') as f:
+        json.dump(dict(matmul=matmul, threads=args.threads,
+                       device=args.device, argv=sys.argv[1:],
+                       results=results,
+                       all_rounds=[r for rs in runs.values() for r in rs]),
+                  f, indent=1)
+    write_table(results, matmul, args, osp.join(args.out_dir, 'results.md'))
+    plot(results, osp.join(args.out_dir, 'results.png'))

@@ -1,0 +1,73 @@
+"""Running measurements, each in a fresh process (so that its peak memory
+is its own), and combining interleaved rounds."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+from .names import RUNTIMES, parse_model
+
+_EXPORTED = {}  # (base, size, batch) -> the export's row
+PACKAGE_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def measure(model, size, batch, mode, args) -> dict:
+    """One row: ``model`` at ``size``, ``batch``, ``mode`` measured in a fresh
+    process (runtimes: after an export in a process of its own)."""
+    base, variants = parse_model(model) if model != 'matmul' else (None, ())
+    if set(variants) & set(RUNTIMES) and mode == 'infer':
+        # exported (and verified) in a process of its own, so that the
+        # runtime's process holds only what the runtime needs; once per
+        # model, size and batch for all runtimes and rounds
+        key = (base, size, batch)
+        if key not in _EXPORTED:
+            _EXPORTED[key] = _run_worker(model, size, batch, 'export', args)
+        exported = _EXPORTED[key]
+        if 'error' in exported:
+            return dict(exported, model=model)
+        row = _run_worker(model, size, batch, mode, args)
+        row.update({k: exported[k] for k in ('export_s',
+                                             'export_max_rel_diff')})
+        return row
+    return _run_worker(model, size, batch, mode, args)
+
+
+def _run_worker(model, size, batch, mode, args) -> dict:
+    """Run :mod:`.measure` in a fresh process; a failure is a row with
+    ``error``."""
+    cmd = [sys.executable, '-m', 'xcit_dense.benchmark.measure',
+           '--model', model, '--size', f'{size[0]}x{size[1]}',
+           '--batch', str(batch), '--mode', mode, '--device', args.device,
+           '--threads', str(args.threads), '--repeat', str(args.repeat),
+           '--warmup', str(args.warmup), '--matmul-size',
+           str(args.matmul_size), '--out-dir', args.out_dir]
+    path = os.pathsep.join(filter(None, [PACKAGE_ROOT,
+                                        os.environ.get('PYTHONPATH')]))
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
+               PYTHONPATH=path)
+    stub = dict(model=model, h=size[0], w=size[1], batch=batch, mode=mode)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return dict(stub, error=f'timeout ({args.timeout:.0f} s)')
+    if proc.returncode != 0:
+        killed = proc.returncode < 0 or 'MemoryError' in proc.stderr or \
+            'out of memory' in proc.stderr
+        reason = ('out of memory' if killed else
+                  (proc.stderr.strip().splitlines() or ['failed'])[-1])
+        return dict(stub, error=reason)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def combine(rounds):
+    """One row from the rounds of a measurement: the round with the median
+    time (a failed round only if every round failed)."""
+    ok = sorted((r for r in rounds if 'error' not in r),
+                key=lambda r: r['seconds'])
+    if not ok:
+        return rounds[-1]
+    row = dict(ok[(len(ok) - 1) // 2])
+    row['rounds'] = len(ok)
+    return row

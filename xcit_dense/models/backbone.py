@@ -33,6 +33,7 @@ from .presets import (
     OUT_STRIDES,
     check_out_indices,
     check_training_args,
+    normalized_compile_cfg,
     resolve_arch,
 )
 from .pyramid import crop, make_resampler
@@ -140,26 +141,20 @@ class XCiT(BaseModule):
         check_training_args(frozen_stages, out_indices[-1], compile_cfg,
                             autocast_dtype, init_cfg)
         super().__init__(init_cfg=init_cfg)
-        self.arch = arch
-        self.arch_settings = settings
+        self.arch, self.arch_settings = arch, settings
         self.patch_size = settings['patch_size']
         self.embed_dim = self.num_features = dim = settings['embed_dim']
-        self.depth = settings['depth']
-        self.out_indices = out_indices
-        self.frozen_stages = frozen_stages
-        self.norm_eval = norm_eval
+        self.depth, self.out_indices = settings['depth'], out_indices
+        self.frozen_stages, self.norm_eval = frozen_stages, norm_eval
         self.norm_cfg = dict(norm_cfg)
         self.autocast_dtype = autocast_dtype
-        self.compile_cfg = (None if compile_cfg is None or compile_cfg is
-                            False else {} if compile_cfg is True else
-                            compile_cfg if compile_cfg == 'auto' else
-                            dict(compile_cfg))
+        self.compile_cfg = normalized_compile_cfg(compile_cfg)
 
         self.patch_embed = ConvPatchEmbed(
             patch_size=self.patch_size, in_chans=in_channels, embed_dim=dim,
             norm_cfg=self.norm_cfg)
-        self.pos_embed = CachedFourierEncoding(dim=dim) if use_pos_embed \
-            else None
+        self.pos_embed = (CachedFourierEncoding(dim=dim) if use_pos_embed
+                          else None)
         self.pos_drop = nn.Dropout(p=drop_rate)
         # blocks after the last tapped one would not contribute: not built
         self.blocks = nn.ModuleList(
@@ -173,9 +168,6 @@ class XCiT(BaseModule):
         for level, stride in enumerate(self.out_strides, start=1):
             self.add_module(f'fpn{level}', make_resampler(
                 dim, self.patch_size / stride, self.norm_cfg))
-        self.feature_info = [
-            dict(num_chs=dim, reduction=stride, module=f'fpn{level}')
-            for level, stride in enumerate(self.out_strides, start=1)]
         self.set_grad_checkpointing(with_cp)
         self.set_fast_path(fast_path)
         self._freeze_stages()

@@ -104,3 +104,14 @@ def check_training_args(frozen_stages: int, last_block: int,
     if init_cfg is not None and not isinstance(init_cfg, dict):
         raise ValueError(f'init_cfg must be a dict or None, got '
                          f'{type(init_cfg).__name__}')
+
+
+def normalized_compile_cfg(compile_cfg: Union[bool, str, dict, None]
+                           ) -> Union[str, dict, None]:
+    """``compile_cfg`` as the backbone keeps it: ``None`` (eager), ``'auto'``
+    or a dict of ``torch.compile`` arguments (``{}`` for ``True``)."""
+    if compile_cfg is None or compile_cfg is False:
+        return None
+    if compile_cfg is True:
+        return {}
+    return compile_cfg if compile_cfg == 'auto' else dict(compile_cfg)

@@ -93,7 +93,7 @@ def test_dynamic_backbone_verified_at_three_sizes(backbone_onnx):
     assert [o.name for o in graph.output] == ['feat0', 'feat1', 'feat2',
                                               'feat3']
     assert not list(path.parent.glob('.unverified-*'))
-    from xcit_dense.file_permissions import new_file_mode
+    from xcit_dense.atomic_files import new_file_mode
     assert path.stat().st_mode & 0o777 == new_file_mode() != 0o600
 
 

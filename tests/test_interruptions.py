@@ -224,7 +224,7 @@ def test_atomic_writes_leave_the_old_file(tmp_path, monkeypatch):
     path = tmp_path / 'iter_2.pth'
     backend.put(b'complete', path)
     # readable as any new file (not mkstemp's owner-only mode)
-    from xcit_dense.file_permissions import new_file_mode
+    from xcit_dense.atomic_files import new_file_mode
     assert path.stat().st_mode & 0o777 == new_file_mode()
 
     def crash(src, dst):

@@ -1,5 +1,5 @@
 """xcit-dense: the XCiT backbone for dense prediction on OpenMMLab 2.x."""
-from .serialization import register_mmengine_safe_globals
+from .safe_globals import register_mmengine_safe_globals
 
 register_mmengine_safe_globals()
 

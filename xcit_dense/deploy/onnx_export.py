@@ -15,8 +15,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..atomic_files import move_into_place
 from ..errors import ExportError, UserError
-from ..file_permissions import move_into_place
 from ..models.policy import fast_path
 from .graphs import fixed_size_modules
 

@@ -7,7 +7,7 @@ from typing import Union
 
 from mmengine.fileio import LocalBackend, register_backend
 
-from ..file_permissions import move_into_place
+from ..atomic_files import move_into_place
 
 
 class AtomicLocalBackend(LocalBackend):

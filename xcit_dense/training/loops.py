@@ -21,26 +21,14 @@ mmengine's.
 """
 import copy
 
-from mmengine.dataset import InfiniteSampler as MMEngineInfiniteSampler
 from mmengine.dist import get_rank
 from mmengine.registry import DATASETS
 from mmengine.runner import EpochBasedTrainLoop as MMEngineEpochLoop
 from mmengine.runner import IterBasedTrainLoop as MMEngineIterLoop
 
-from ..registry import DATA_SAMPLERS, LOOPS
+from ..registry import LOOPS
 from .sampling import SeededSamples
 from .seeding import ITERATION, position_seed, seed_everything
-
-
-@DATA_SAMPLERS.register_module()
-class InfiniteSampler(MMEngineInfiniteSampler):
-    """mmengine's ``InfiniteSampler`` whose every iteration starts from the
-    beginning of its (seeded) index stream, as ``DefaultSampler`` does per
-    epoch; mmengine's continues where an earlier iterator stopped, so the
-    data order would depend on how many iterators were made."""
-
-    def __iter__(self):
-        yield from self._indices_of_rank()
 
 
 def resumable_dataloader(runner, dataloader):

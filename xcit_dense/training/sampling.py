@@ -15,6 +15,7 @@ keys and marks the batches a resumed run skips, which are then not loaded.
 """
 from typing import Iterator, List, Optional
 
+from mmengine.dataset import InfiniteSampler as MMEngineInfiniteSampler
 from torch.utils.data import BatchSampler, Dataset, Sampler
 
 from ..registry import DATA_SAMPLERS
@@ -119,3 +120,14 @@ class ResumableBatchSampler(Sampler):
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
+
+
+@DATA_SAMPLERS.register_module()
+class InfiniteSampler(MMEngineInfiniteSampler):
+    """mmengine's ``InfiniteSampler`` whose every iteration starts from the
+    beginning of its (seeded) index stream, as ``DefaultSampler`` does per
+    epoch; mmengine's continues where an earlier iterator stopped, so the
+    data order would depend on how many iterators were made."""
+
+    def __iter__(self):
+        yield from self._indices_of_rank()

@@ -1,5 +1,5 @@
-"""Files written to a temporary name and renamed into place get the
-permissions of any new file."""
+"""Files written to a temporary name and moved into place (atomically),
+with the permissions of any new file."""
 import os
 
 

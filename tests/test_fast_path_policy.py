@@ -195,3 +195,24 @@ def test_lpi_weight_gradients_in_the_parameters_strides():
     for name, p in model.named_parameters():
         assert p.grad.stride() == p.stride(), (name, p.grad.stride(),
                                                p.stride())
+
+
+def test_gpu_policy_probe_runs(tmp_path, monkeypatch):
+    """The probe behind the CUDA column (make gpu-report) on the CPU at a
+    tiny size: every part forced on and off alone in every scenario."""
+    import json
+    import runpy
+    import sys
+
+    from conftest import REPO
+    out = tmp_path / 'probe.json'
+    monkeypatch.setattr(sys, 'argv', [
+        'policy_probe.py', '--out', str(out), '--device', 'cpu', '--arch',
+        'nano_12_p16', '--size', '64x96', '--warmup', '0', '--repeat', '1'])
+    runpy.run_path(str(REPO / 'docs/benchmark/gpu/policy_probe.py'),
+                   run_name='__main__')
+    rows = json.loads(out.read_text())
+    configs = {r['config'] for r in rows}
+    assert len(configs) == 2 + 2 * len(policy.POLICY)
+    assert {'reference', 'all', 'ref+xca', 'all-xca'} <= configs
+    assert len(rows) == 5 * len(configs) and all(r['ms'] > 0 for r in rows)

@@ -11,6 +11,7 @@ Prints one JSON line per measurement and writes them all to ``--out``.
 """
 import argparse
 import json
+import os
 import os.path as osp
 import statistics
 import sys
@@ -36,30 +37,49 @@ PARTS = dict(stem=ConvPatchEmbed, pos=CachedFourierEncoding, xca=XCA,
 
 
 def set_parts(model, on):
+    """Force the fast path of the parts in ``on`` ('always': whatever the
+    policy says for this device) and the straightforward one elsewhere."""
     for m in model.modules():
         for name, cls in PARTS.items():
             if type(m) is cls:
-                m.use_fast_path = name in on
+                m.use_fast_path = 'always' if name in on else False
 
 
-def timed(step, warmup, repeat):
+def _sync(device):
+    if device == 'cuda':
+        torch.cuda.synchronize()
+
+
+def timed(step, warmup, repeat, device):
+    """Median milliseconds of ``step`` (CUDA events on a GPU)."""
     for _ in range(warmup):
         step()
-    torch.cuda.synchronize()
+    _sync(device)
     times = []
     for _ in range(repeat):
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
+        if device == 'cuda':
+            start, end = (torch.cuda.Event(enable_timing=True)
+                          for _ in range(2))
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t = time.perf_counter()
+            step()
+            times.append(1e3 * (time.perf_counter() - t))
     return statistics.median(times)
 
 
 def scenario_step(model, mode, amp, x):
-    ctx = (lambda: torch.autocast('cuda', dtype=torch.float16)) if amp \
-        else (lambda: torch.autocast('cuda', enabled=False))
+    """Inference or a training step, under fp16 autocast (bf16 on the CPU)
+    with ``amp`` as mmengine's AmpOptimWrapper runs it."""
+    device = x.device.type
+    dtype = torch.float16 if device == 'cuda' else torch.bfloat16
+
+    def ctx():
+        return torch.autocast(device, dtype=dtype, enabled=amp)
     if mode == 'infer':
         def step():
             with torch.no_grad(), ctx():
@@ -82,17 +102,85 @@ SCENARIOS = [  # mode, amp, batch, (h, w)
 ]
 
 
+def _peak_gib(device):
+    return torch.cuda.max_memory_allocated() / 2**30 \
+        if device == 'cuda' else None
+
+
+def _reset_peak(device):
+    if device == 'cuda':
+        torch.cuda.reset_peak_memory_stats()
+
+
+def eager_rows(args, scenarios, emit):
+    """Every part on and off alone, eager."""
+    names = list(PARTS)
+    configs = [('reference', set()), ('all', set(names))]
+    configs += [(f'all-{n}', set(names) - {n}) for n in names]
+    configs += [(f'ref+{n}', {n}) for n in names]
+    torch.manual_seed(0)
+    model = XCiT(arch=args.arch).to(args.device)
+    for mode, amp, batch, (h, w) in scenarios:
+        model.train(mode == 'train')
+        x = torch.randn(batch, 3, h, w, device=args.device)
+        step = scenario_step(model, mode, amp, x)
+        for label, on in configs:
+            set_parts(model, on)
+            _reset_peak(args.device)
+            ms = timed(step, args.warmup, args.repeat, args.device)
+            emit(dict(config=label, mode=mode, amp=amp, batch=batch, h=h,
+                      w=w, ms=ms, compiled=False,
+                      peak_gib=_peak_gib(args.device)))
+
+
+def compiled_rows(args, scenarios, emit, t0):
+    """The backbone's own compile_cfg (dynamic shapes), fast paths on, off,
+    and XCA's off; the most important scenarios first."""
+    names = list(PARTS)
+    cfg = dict(dynamic=True, backend=args.compile_backend)
+    for mode, amp, batch, (h, w) in scenarios:
+        for label, on in [('all', set(names)), ('reference', set()),
+                          ('xca-off', set(names) - {'xca', 'block'})]:
+            if time.time() - t0 > args.budget_s:
+                emit(dict(skipped='budget', config=label, mode=mode))
+                continue
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            m = XCiT(arch=args.arch, compile_cfg=cfg).to(args.device)
+            m.train(mode == 'train')
+            set_parts(m, on)
+            x = torch.randn(batch, 3, h, w, device=args.device)
+            step = scenario_step(m, mode, amp, x)
+            c0 = time.time()
+            step()
+            _sync(args.device)
+            first = time.time() - c0
+            _reset_peak(args.device)
+            ms = timed(step, args.warmup, args.repeat, args.device)
+            emit(dict(config=label, mode=mode, amp=amp, batch=batch, h=h,
+                      w=w, ms=ms, compiled=cfg, first_call_s=first,
+                      peak_gib=_peak_gib(args.device)))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--out', required=True)
     p.add_argument('--arch', default='small_12_p16')
+    p.add_argument('--device', default='cuda')
+    p.add_argument('--size', default=None,
+                    help='HxW for every scenario (a quick check)')
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--repeat', type=int, default=10)
     p.add_argument('--compile', action='store_true')
+    p.add_argument('--compile-backend', default='inductor')
     p.add_argument('--budget-s', type=float, default=400)
     args = p.parse_args()
-    t0 = time.time()
-    rows = []
+    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    scenarios = SCENARIOS
+    if args.size:
+        size = tuple(int(v) for v in args.size.split('x'))
+        scenarios = [(m, a, b, size) for m, a, b, _ in SCENARIOS]
+    rows, t0 = [], time.time()
 
     def emit(row):
         rows.append(row)
@@ -100,51 +188,9 @@ def main():
         with open(args.out, 'w') as f:
             json.dump(rows, f, indent=1)
 
-    torch.manual_seed(0)
-    model = XCiT(arch=args.arch).cuda()
-    names = list(PARTS)
-    configs = [('reference', set()), ('all', set(names))]
-    configs += [(f'all-{n}', set(names) - {n}) for n in names]
-    configs += [(f'ref+{n}', {n}) for n in names]
-    for mode, amp, batch, (h, w) in SCENARIOS:
-        model.train(mode == 'train')
-        x = torch.randn(batch, 3, h, w, device='cuda')
-        step = scenario_step(model, mode, amp, x)
-        for label, on in configs:
-            set_parts(model, on)
-            torch.cuda.reset_peak_memory_stats()
-            ms = timed(step, args.warmup, args.repeat)
-            emit(dict(config=label, mode=mode, amp=amp, batch=batch, h=h,
-                      w=w, ms=ms, compiled=False,
-                      peak_gib=torch.cuda.max_memory_allocated() / 2**30))
-    if not args.compile:
-        return
-    # compiled: the backbone's own compile_cfg, fast paths on and off
-    for mode, amp, batch, (h, w) in SCENARIOS[:3]:
-        for label, on, cfg in [
-                ('all', set(names), dict(dynamic=True)),
-                ('reference', set(), dict(dynamic=True)),
-                ('xca-off', set(names) - {'xca', 'block'},
-                 dict(dynamic=True))]:
-            if time.time() - t0 > args.budget_s:
-                emit(dict(skipped='budget', config=label, mode=mode))
-                continue
-            torch._dynamo.reset()
-            torch.manual_seed(0)
-            m = XCiT(arch=args.arch, compile_cfg=cfg).cuda()
-            m.train(mode == 'train')
-            set_parts(m, on)
-            x = torch.randn(batch, 3, h, w, device='cuda')
-            step = scenario_step(m, mode, amp, x)
-            c0 = time.time()
-            step()
-            torch.cuda.synchronize()
-            first = time.time() - c0
-            torch.cuda.reset_peak_memory_stats()
-            ms = timed(step, args.warmup, args.repeat)
-            emit(dict(config=label, mode=mode, amp=amp, batch=batch, h=h,
-                      w=w, ms=ms, compiled=cfg, first_call_s=first,
-                      peak_gib=torch.cuda.max_memory_allocated() / 2**30))
+    eager_rows(args, scenarios, emit)
+    if args.compile:
+        compiled_rows(args, [scenarios[i] for i in (2, 0, 1)], emit, t0)
 
 
 if __name__ == '__main__':

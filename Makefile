@@ -39,6 +39,7 @@ gpu-report: install
 	$(PY) docs/benchmark/gpu/policy_probe.py --compile --out $(GPU_REPORT)/probe.json
 	$(PY) tools/benchmark.py --device cuda --out-dir $(GPU_REPORT)/backbone \
 	    --models xcit_small_12_p16@reference xcit_small_12_p16 \
+	    xcit_small_12_p16@always xcit_small_12_p16@always+amp \
 	    xcit_small_12_p16@compile xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp xcit_small_12_p16@compile+amp \
 	    --sizes 512x512 800x1344 1600x2688 --batch 1 2 --modes infer train \

@@ -82,7 +82,8 @@ def test_benchmark_rejects_bad_names(tmp_path):
             ('swin_t@bf16', "unknown model 'swin_t@bf16'"),
             ('xcit_nano_12_p16@onnxruntime+bf16', 'takes no other variant'),
             ('upernet_xcit_s12@cp', 'unknown variant'),
-            ('mask_rcnn_swin_t@reference', 'unknown variant')]:
+            ('mask_rcnn_swin_t@reference', 'unknown variant'),
+            ('xcit_nano_12_p16@reference+always', 'exclude each other')]:
         with pytest.raises(ValueError, match=re.escape(message)):
             tool['parse_model'](name)
     proc = run_tool('tools/benchmark.py', '--models', 'alexnet',

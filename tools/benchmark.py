@@ -26,6 +26,9 @@ Models:
                  computation -- timm's arithmetic, NCHW round trips,
                  positional encoding recomputed), the baseline of the
                  side-by-side ratios;
+      always     ``fast_path='always'``: every fast path, whatever the
+                 policy says for the device (the default row follows it:
+                 on CUDA, eager, the straightforward computation);
       compile    ``compile_cfg=True`` (torch.compile, Inductor);
       bf16       ``autocast_dtype='bfloat16'`` (float16 on CUDA): the
                  backbone under autocast, fp32 maps out; the output

@@ -14,7 +14,8 @@ def build_backbone(base: str, variants: set, device: str):
         return XCiT(arch=base[len('xcit_'):], with_cp='cp' in variants,
                     compile_cfg=True if 'compile' in variants else None,
                     autocast_dtype=amp_dtype if 'bf16' in variants else None,
-                    fast_path='reference' not in variants)
+                    fast_path=False if 'reference' in variants else
+                    'always' if 'always' in variants else True)
     if base in ('swin_t', 'r50'):
         from mmdet.registry import MODELS
         from mmengine.registry import init_default_scope

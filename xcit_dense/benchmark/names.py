@@ -11,7 +11,8 @@ SEGMENTORS = {
     'upernet_xcit_s12': 'configs/ade20k/upernet_xcit_s12.py',
 }
 RUNTIMES = ('onnxruntime', 'openvino')
-XCIT_VARIANTS = ('reference', 'compile', 'bf16', 'cp', 'amp') + RUNTIMES
+XCIT_VARIANTS = ('reference', 'always', 'compile', 'bf16', 'cp', 'amp') + \
+    RUNTIMES
 SEGMENTOR_VARIANTS = ('reference', 'compile', 'amp') + RUNTIMES
 DETECTOR_VARIANTS = ('reference', 'amp')
 
@@ -46,6 +47,8 @@ def parse_model(name: str):
                              f'{name!r}; allowed: {", ".join(allowed)}')
         if {'reference', 'compile'} <= variants:
             raise ValueError('the reference path is not compiled')
+        if {'reference', 'always'} <= variants:
+            raise ValueError("'reference' and 'always' exclude each other")
         if variants & set(RUNTIMES) and len(variants) > 1:
             raise ValueError(f'{name!r}: a runtime ({", ".join(RUNTIMES)}) '
                              'runs the exported fp32 graph; it takes no '

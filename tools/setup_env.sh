@@ -57,7 +57,6 @@ if [ -n "$SYSTEM_TORCH" ]; then
   [ -x "$PY" ] || { log "creating $VENV with $PYTHON and its PyTorch";
                     "$PYTHON" -m venv --system-site-packages "$VENV"; }
   "$PY" tools/cuda_setup.py torch
-  mkdir -p "$VENV"
   grep -v -E '^(torch|torchvision|triton|nvidia-|cuda-)' "$CONSTRAINTS" \
     > "$VENV/constraints-system-torch.txt"
   CONSTRAINTS="$VENV/constraints-system-torch.txt"

@@ -7,12 +7,12 @@
 """
 from ..errors import CheckpointError
 from .backbone import (
-                       CLASSIFICATION_ONLY,
-                       convert_state_dict,
-                       extract_state_dict,
-                       infer_settings,
-                       load_backbone_checkpoint,
-                       match_state_dict,
+    CLASSIFICATION_ONLY,
+    convert_state_dict,
+    extract_state_dict,
+    infer_settings,
+    load_backbone_checkpoint,
+    match_state_dict,
 )
 from .files import cached_path, is_url, local_checkpoint, read_checkpoint
 

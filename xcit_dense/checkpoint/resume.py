@@ -30,6 +30,7 @@ def complete_checkpoints(work_dir: str) -> List[str]:
                               if osp.abspath(p) != osp.abspath(latest)]
     return ordered
 
+
 def checkpoint_to_resume(work_dir: str
                          ) -> Tuple[Optional[str], Optional[Mapping]]:
     """The newest complete checkpoint of ``work_dir`` (``--resume`` without

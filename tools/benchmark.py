@@ -75,8 +75,8 @@ import sys
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense.benchmark import (  # noqa: E402
-    measure,
     parse_model,
+    run_measurement,
     trainable,
     write_outputs,
 )
@@ -148,7 +148,7 @@ def main():
     args = parser.parse_args()
     check_args(parser, args)
     os.makedirs(args.out_dir, exist_ok=True)
-    matmul = measure('matmul', (0, 0), 1, 'infer', args)
+    matmul = run_measurement('matmul', (0, 0), 1, 'infer', args)
     if 'error' in matmul:
         raise SystemExit(f'matmul measurement failed: {matmul["error"]}')
     print(f'matmul, {args.threads} threads: fp32 '
@@ -160,7 +160,7 @@ def main():
             args.modes):
         if mode == 'train' and not trainable(name):
             continue
-        r = measure(name, size, batch, mode, args)
+        r = run_measurement(name, size, batch, mode, args)
         r['round'] = rnd
         runs.setdefault((name, size, batch, mode), []).append(r)
         print(json.dumps(r), flush=True)

@@ -3,6 +3,6 @@ and multiply-adds by input size, each measurement in a fresh process
 (``tools/benchmark.py`` is the command line)."""
 from .names import parse_model, trainable
 from .report import write_outputs
-from .runs import measure
+from .runs import run_measurement
 
-__all__ = ['measure', 'parse_model', 'trainable', 'write_outputs']
+__all__ = ['parse_model', 'run_measurement', 'trainable', 'write_outputs']

@@ -103,10 +103,12 @@ def build_exportable(base: str):
 
 def segmentation_batch(model, batch: int, h: int, w: int):
     """Preprocessed random images and labels (150 classes, some pixels
-    ignored) for a segmentor's ``loss``."""
+    ignored) for a segmentor's ``loss``, at ``h`` x ``w`` (not padded to
+    the recipe's crop size)."""
     import torch
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
+    model.data_preprocessor.size = (h, w)
     samples = []
     for _ in range(batch):
         sample = SegDataSample(metainfo=dict(img_shape=(h, w),

@@ -12,7 +12,7 @@ _EXPORTED = {}  # (base, size, batch) -> the export's row
 PACKAGE_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
-def measure(model, size, batch, mode, args) -> dict:
+def run_measurement(model, size, batch, mode, args) -> dict:
     """One row: ``model`` at ``size``, ``batch``, ``mode`` measured in a fresh
     process (runtimes: after an export in a process of its own)."""
     base, variants = parse_model(model) if model != 'matmul' else (None, ())

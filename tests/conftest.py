@@ -1,6 +1,12 @@
+import contextlib
+import gc
+import io
+import multiprocessing
 import os
+import runpy
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -21,31 +27,90 @@ def run_tool(*args, cwd=None, env=None, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def run_tool_here(script, *args, env=None):
-    """A ``tools/*.py`` command run in this process, for the checks that end
-    before any work starts (bad input): what ``run_tool`` returns, without
-    the 8 s of starting a Python with torch, mmdet and mmseg."""
-    import contextlib
-    import io
-    import runpy
-    argv, environ, cwd = sys.argv, dict(os.environ), os.getcwd()
-    sys.argv = [str(script), *map(str, args)]
-    os.environ.update(env or {})
+def run_tool_here(script, *args, env=None, cwd=None):
+    """A ``tools/*.py`` command run in this process: what ``run_tool``
+    returns, without the 5 to 8 s of starting a Python with torch, mmdet
+    and mmseg. Trainings, tests and demos run whole; what a run leaves in
+    the process (mmengine's loggers, message hubs, visualizers and default
+    scopes, threads, random states, signal handlers, environment, working
+    directory, ``sys.path``) is put back afterwards. Commands whose process
+    itself matters (signals, several processes, shell scripts) keep
+    ``run_tool``."""
+    argv = sys.argv
     out, err = io.StringIO(), io.StringIO()
     code = 0
+    with _process_state_restored():
+        sys.argv = [str(script), *map(str, args)]
+        os.environ.update(dict(PYTHON=sys.executable, **(env or {})))
+        os.chdir(cwd or REPO)
+        try:
+            with contextlib.redirect_stdout(out), \
+                    contextlib.redirect_stderr(err):
+                runpy.run_path(str(REPO / script), run_name='__main__')
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else int(
+                e.code is not None)
+            if not isinstance(e.code, (int, type(None))):
+                err.write(f'{e.code}\n')  # what the interpreter prints
+        finally:
+            sys.argv = argv
+    return subprocess.CompletedProcess(sys.argv, code, out.getvalue(),
+                                       err.getvalue())
+
+
+@contextlib.contextmanager
+def _process_state_restored():
+    """Put back the process-wide state a tool's run changes."""
+    import random
+    import signal
+
+    import cv2
+    import numpy as np
+    import torch
+    from mmengine.utils import ManagerMixin
+
+    def managers(cls):
+        for sub in cls.__subclasses__():
+            if hasattr(sub, '_instance_dict'):
+                yield sub
+            yield from managers(sub)
+
+    before = {cls: set(cls._instance_dict) for cls in managers(ManagerMixin)}
+    environ, cwd, path = dict(os.environ), os.getcwd(), list(sys.path)
+    handlers = {s: signal.getsignal(s) for s in (
+        signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)}
+    threads, cv2_threads = torch.get_num_threads(), cv2.getNumThreads()
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    children = set(multiprocessing.active_children())
     try:
-        os.chdir(REPO)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            runpy.run_path(str(REPO / script), run_name='__main__')
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        with warnings.catch_warnings():
+            yield
     finally:
-        sys.argv = argv
+        for cls in managers(ManagerMixin):
+            for name in set(cls._instance_dict) - before.get(cls, set()):
+                instance = cls._instance_dict.pop(name)
+                for handler in getattr(instance, 'handlers', [])[:]:
+                    handler.close()
+                    instance.removeHandler(handler)
         os.environ.clear()
         os.environ.update(environ)
         os.chdir(cwd)
-    return subprocess.CompletedProcess(sys.argv, code, out.getvalue(),
-                                       err.getvalue())
+        sys.path[:] = path
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        torch.set_num_threads(threads)
+        cv2.setNumThreads(cv2_threads)
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_rng_state(rng[0])
+        np.random.set_state(rng[1])
+        random.setstate(rng[2])
+        # the run's persistent dataloader workers end as at a process's exit
+        # (their iterator's own shutdown waits 5 s for each)
+        for child in set(multiprocessing.active_children()) - children:
+            child.terminate()
+            child.join()
+        gc.collect()
 
 
 @pytest.fixture(scope='session')

@@ -10,7 +10,7 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from conftest import REPO, run_tool, run_tool_here
+from conftest import REPO, run_tool_here
 
 CONFIGS = sorted((REPO / 'configs' / 'ade20k').glob('*.py'))
 DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'
@@ -97,7 +97,7 @@ default_hooks = dict(logger=dict(interval=1),
 def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path):
     cfg = _config(tmp_path, tiny_ade20k)
     work = tmp_path / 'work'
-    proc = run_tool('tools/train.py', cfg, '--work-dir', work)
+    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert re.search(r'Iter\(train\) \[4/4\].*loss: [\d.]+', out)
@@ -105,8 +105,9 @@ def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path):
         assert re.search(rf'{metric}: [\d.]+', out), metric
     # tools/test.py writes label maps (--out) and drawings (--show-dir)
     preds, show = tmp_path / 'preds', 'shown'
-    proc = run_tool('tools/test.py', cfg, work / 'iter_4.pth', '--work-dir',
-                    tmp_path / 'test', '--out', preds, '--show-dir', show)
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+                         '--work-dir', tmp_path / 'test', '--out', preds,
+                         '--show-dir', show)
     assert proc.returncode == 0, proc.stderr[-3000:]
     maps = sorted(preds.glob('*.png'))
     assert len(maps) == 4
@@ -125,8 +126,8 @@ def test_label_beyond_classes_names_file(tiny_ade20k, tmp_path):
     label = cv2.imread(str(bad), cv2.IMREAD_UNCHANGED)
     label[10:20, 10:20] = 9
     cv2.imwrite(str(bad), label)
-    proc = run_tool('tools/train.py', _config(tmp_path, root), '--work-dir',
-                    tmp_path / 'work')
+    proc = run_tool_here('tools/train.py', _config(tmp_path, root),
+                         '--work-dir', tmp_path / 'work')
     assert proc.returncode == 1
     assert 'Traceback' not in proc.stderr
     message = proc.stderr.strip().splitlines()[-1]

@@ -5,13 +5,13 @@ import re
 
 import pytest
 
-from conftest import run_tool, run_tool_here
+from conftest import run_tool_here
 
 
 def _run(tmp_path, *args):
-    proc = run_tool('tools/benchmark.py', *args, '--repeat', '1',
-                    '--warmup', '1', '--threads', '1', '--matmul-size', '256',
-                    '--out-dir', tmp_path)
+    proc = run_tool_here('tools/benchmark.py', *args, '--repeat', '1',
+                         '--warmup', '1', '--threads', '1', '--matmul-size',
+                         '256', '--out-dir', tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return (json.loads((tmp_path / 'results.json').read_text()),
             (tmp_path / 'results.md').read_text())
@@ -86,8 +86,8 @@ def test_benchmark_rejects_bad_names(tmp_path):
             ('xcit_nano_12_p16@reference+always', 'exclude each other')]:
         with pytest.raises(ValueError, match=re.escape(message)):
             tool['parse_model'](name)
-    proc = run_tool('tools/benchmark.py', '--models', 'alexnet',
-                    '--out-dir', tmp_path)
+    proc = run_tool_here('tools/benchmark.py', '--models', 'alexnet',
+                         '--out-dir', tmp_path)
     assert proc.returncode == 2 and "unknown model 'alexnet'" in proc.stderr
     proc = run_tool_here('tools/benchmark.py', '--models',
                          'mask_rcnn_xcit_s12@amp', '--out-dir', tmp_path)

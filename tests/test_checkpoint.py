@@ -2,9 +2,6 @@
 parity with timm, and clear failures on bad files."""
 import argparse
 import datetime
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import timm
@@ -15,7 +12,8 @@ from safetensors.torch import save_file
 from xcit_dense import CheckpointError, XCiT
 from xcit_dense.checkpoint import convert_state_dict, extract_state_dict
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO, run_tool_here
+
 OUT_INDICES = [3, 5, 7, 11]
 
 
@@ -194,9 +192,8 @@ def test_checkpoint_saved_before_the_redesign(fast):
 def test_converter_tool(timm_nano, tmp_path):
     src, dst = tmp_path / 'dino.pth', tmp_path / 'backbone.pth'
     FORMATS['dino.pth'](timm_nano.state_dict(), src)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / 'tools' / 'convert_checkpoint.py'),
-         str(src), str(dst)], capture_output=True, text=True, cwd=tmp_path)
+    proc = run_tool_here('tools/convert_checkpoint.py', src, dst,
+                         cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert 'nano_12_p16' in proc.stdout  # inferred preset
     saved = torch.load(dst, weights_only=True)

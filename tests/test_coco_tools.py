@@ -8,7 +8,7 @@ import cv2
 import pytest
 import torch
 
-from conftest import REPO, run_tool, run_tool_here
+from conftest import REPO, run_tool_here
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 
@@ -43,7 +43,7 @@ def trained(tmp_path_factory, tiny_coco):
     tmp = tmp_path_factory.mktemp('train')
     cfg = _config(tmp, tiny_coco)
     work = tmp / 'work'
-    proc = run_tool('tools/train.py', cfg, '--work-dir', work)
+    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return cfg, work, proc.stdout + proc.stderr
 
@@ -81,9 +81,9 @@ def test_resume_continues_with_same_state(trained, tmp_path):
     for k in saved:
         torch.testing.assert_close(state[k]['exp_avg'], saved[k]['exp_avg'])
     # From the command line: continues at the saved iteration.
-    proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
-                    work / 'iter_2.pth', '--cfg-options',
-                    'train_cfg.max_iters=6')
+    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work, '--resume',
+                         work / 'iter_2.pth', '--cfg-options',
+                         'train_cfg.max_iters=6')
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert 'resumed epoch: 0, iter: 2' in out
@@ -94,8 +94,9 @@ def test_resume_continues_with_same_state(trained, tmp_path):
 def test_test_tool_writes_predictions_and_drawings(trained, tmp_path):
     cfg, work, _ = trained
     out_pkl, show = tmp_path / 'preds.pkl', 'shown'
-    proc = run_tool('tools/test.py', cfg, work / 'iter_4.pth', '--work-dir',
-                    tmp_path, '--out', out_pkl, '--show-dir', show)
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+                         '--work-dir', tmp_path, '--out', out_pkl,
+                         '--show-dir', show)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert re.search(r'coco/segm_mAP: [\d.]+', out)
@@ -110,8 +111,8 @@ def test_demo_tool_draws(trained, tiny_coco, tmp_path):
     cfg, work, _ = trained
     image = next((tiny_coco / 'val').glob('*.png'))
     out = tmp_path / 'vis' / 'result.jpg'
-    proc = run_tool('tools/demo.py', image, cfg, work / 'iter_4.pth',
-                    '--out', out, '--score-thr', '0.0')
+    proc = run_tool_here('tools/demo.py', image, cfg, work / 'iter_4.pth',
+                         '--out', out, '--score-thr', '0.0')
     assert proc.returncode == 0, proc.stderr[-3000:]
     drawn = cv2.imread(str(out))
     assert drawn is not None and drawn.shape[:2] == (128, 128)

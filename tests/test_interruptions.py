@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, run_tool
+from conftest import REPO, run_tool, run_tool_here
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 
@@ -53,7 +53,7 @@ log_processor = dict(by_epoch={loop == 'epoch'})
 
 
 def _train(config, work, *args):
-    proc = run_tool('tools/train.py', config, '--work-dir', work, *args)
+    proc = run_tool_here('tools/train.py', config, '--work-dir', work, *args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, run_tool, run_tool_here
+from conftest import REPO, run_tool_here
 
 COCO_DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 ADE_DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'
@@ -230,8 +230,8 @@ def test_detector_from_a_url_predicts_as_our_layout(coco_pair, loopback,
     preds = {}
     for which, ckpt in (('ours', ours), ('published', f'{url}/{name}')):
         out = tmp_path / f'{which}.pkl'
-        proc = run_tool('tools/test.py', cfg, ckpt, '--work-dir',
-                        tmp_path / which, '--out', out, env=env)
+        proc = run_tool_here('tools/test.py', cfg, ckpt, '--work-dir',
+                             tmp_path / which, '--out', out, env=env)
         log = proc.stdout + proc.stderr
         assert proc.returncode == 0, log[-3000:]
         with open(out, 'rb') as f:
@@ -271,7 +271,8 @@ def test_damaged_published_file_names_the_key(coco_pair, tmp_path):
     ckpt['state_dict'][key] = ckpt['state_dict'][key][:, :-1]
     bad = tmp_path / 'damaged.pth'
     torch.save(ckpt, bad)
-    proc = run_tool('tools/test.py', cfg, bad, '--work-dir', tmp_path / 'w')
+    proc = run_tool_here('tools/test.py', cfg, bad, '--work-dir',
+                         tmp_path / 'w')
     _fails_cleanly(proc, rf'shape mismatches \(1\): {re.escape(key)}: '
                    r'checkpoint \(\d+, \d+, 3, 3\) vs model')
 
@@ -279,8 +280,8 @@ def test_damaged_published_file_names_the_key(coco_pair, tmp_path):
 def test_resume_from_published_is_refused(coco_pair, tmp_path):
     cfg, _, pub, _ = coco_pair
     work = tmp_path / 'work'
-    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work,
-                         '--resume', pub)
+    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work, '--resume',
+                         pub)
     _fails_cleanly(proc, r'Cannot resume from .*pub\.pth: it is a published',
                    r'load_from')
     assert not work.exists()
@@ -298,7 +299,7 @@ def test_fine_tune_published_on_other_classes(coco_pair, tmp_path):
     cfg4 = tmp_path / 'two_classes.py'
     cfg4.write_text(f"_base_ = '{cfg}'\n{extra}")
     work = tmp_path / 'work'
-    proc = run_tool('tools/train.py', cfg4, '--work-dir', work)
+    proc = run_tool_here('tools/train.py', cfg4, '--work-dir', work)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     assert 'Converted a published XCiT checkpoint' in log
@@ -321,8 +322,8 @@ def test_demo_draws_published_model_with_its_classes(coco_pair, tiny_coco,
     cfg, _, pub, _ = coco_pair
     image = next((tiny_coco / 'val').glob('*.png'))
     out = tmp_path / 'result.jpg'
-    proc = run_tool('tools/demo.py', image, cfg, pub, '--out', out,
-                    '--score-thr', '0.0')
+    proc = run_tool_here('tools/demo.py', image, cfg, pub, '--out', out,
+                         '--score-thr', '0.0')
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'Converted a published XCiT checkpoint' in proc.stdout
     assert cv2.imread(str(out)).shape[:2] == (128, 128)
@@ -331,7 +332,8 @@ def test_demo_draws_published_model_with_its_classes(coco_pair, tiny_coco,
 def test_converter_writes_our_layout(coco_pair, tmp_path):
     cfg, ours, pub, _ = coco_pair
     dst = tmp_path / 'converted.pth'
-    proc = run_tool('tools/convert_checkpoint.py', pub, dst, '--config', cfg)
+    proc = run_tool_here('tools/convert_checkpoint.py', pub, dst, '--config',
+                         cfg)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert 'renamed backbone.pos_embeder.*' in proc.stdout
     converted = torch.load(dst, weights_only=True)
@@ -343,7 +345,7 @@ def test_converter_writes_our_layout(coco_pair, tmp_path):
         'circle', 'square', 'triangle')
     assert converted['meta']['converted_from'] == 'mmdet 2.11.0'
     # without --config, a file name the model index does not know
-    proc = run_tool('tools/convert_checkpoint.py', pub, dst)
+    proc = run_tool_here('tools/convert_checkpoint.py', pub, dst)
     _fails_cleanly(proc, r'not in the model index; pass the config')
 
 
@@ -356,8 +358,8 @@ def test_segmentor_published_label_maps_equal(tiny_ade20k, tmp_path):
     maps = {}
     for which, ckpt in (('ours', ours), ('published', pub)):
         out = tmp_path / f'{which}_maps'
-        proc = run_tool('tools/test.py', cfg, ckpt, '--work-dir',
-                        tmp_path / which, '--out', out)
+        proc = run_tool_here('tools/test.py', cfg, ckpt, '--work-dir',
+                             tmp_path / which, '--out', out)
         assert proc.returncode == 0, proc.stderr[-3000:]
         maps[which] = [cv2.imread(str(p), cv2.IMREAD_UNCHANGED)
                        for p in sorted(out.glob('*.png'))]

@@ -16,7 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from xcit_dense import XCiT, fast_path
+from xcit_dense import XCiT, fast_path, set_fast_path
 from xcit_dense.models.ops import onednn as kernels
 from xcit_dense.models.ops import pieces, second_moments
 from xcit_dense.models.ops.folding import fold_batchnorm
@@ -66,14 +66,14 @@ def assert_outputs_close(outs, refs, atol=ATOL):
 @pytest.fixture(autouse=True)
 def fused_kernels_on():
     yield
-    kernels.set_fused_kernels(True)
+    set_fast_path(fused_kernels=True)
 
 
 @pytest.mark.parametrize('patch', [16, 8])
 @pytest.mark.parametrize('size', [(64, 96), (50, 77)])
 @pytest.mark.parametrize('fused', [True, False])
 def test_inference_matches_reference(patch, size, fused):
-    kernels.set_fused_kernels(fused)
+    set_fast_path(fused_kernels=fused)
     model = randomized(f'nano_12_p{patch}').eval()
     x = torch.randn(2, 3, *size)
     with torch.inference_mode():
@@ -89,7 +89,7 @@ def test_inference_by_pieces_matches_reference():
     with torch.no_grad():
         ref = reference(model, x)
         whole = model(x)
-        with pieces.fixed_piece_tokens(7):
+        with fast_path(piece_tokens=7):
             assert [(s.start, s.stop) for s in pieces.pieces(35, 8, x)] == [
                 (i, min(i + 7, 35)) for i in range(0, 35, 7)]
             by_pieces = model(x)
@@ -159,7 +159,7 @@ def assert_training_matches_reference(model, x):
 def test_training_matches_reference(patch, fused):
     """Train mode: BatchNorm on batch statistics, same outputs, same
     gradients for every parameter, same running statistics afterwards."""
-    kernels.set_fused_kernels(fused)
+    set_fast_path(fused_kernels=fused)
     model = randomized(f'nano_12_p{patch}').train()
     grads, ref_model = assert_training_matches_reference(
         model, torch.randn(2, 3, 64, 96))
@@ -316,7 +316,7 @@ def test_fast_path_executes_fewer_multiply_adds():
     C x C algebra per image -- fewer multiply-adds once there are more than
     about 1.5 C tokens."""
     from torch.utils.flop_counter import FlopCounterMode
-    kernels.set_fused_kernels(False)  # standard operators, seen by the counter
+    set_fast_path(fused_kernels=False)  # operators the counter sees
     model = randomized('nano_12_p8').eval()  # C = 128
     x = torch.randn(1, 3, 160, 192)  # 20 x 24 = 480 tokens
     counts = []
@@ -350,7 +350,7 @@ def test_xca_rounding_like_the_direct_route():
     def direct(block, tokens):
         return tokens + block.gamma1 * block.attn(block.norm1(tokens))
 
-    kernels.set_fused_kernels(False)  # the standard-operator backend
+    set_fast_path(fused_kernels=False)  # the standard-operator backend
     with torch.no_grad():
         with fast_path(False):
             exact = direct(copy.deepcopy(blk).double(), x.double())
@@ -372,7 +372,7 @@ def test_backend_selection():
         with torch.autocast('cpu', dtype=torch.bfloat16):
             assert kernels.select_backend(x, False) == 'torch'
     assert kernels.select_backend(x, stochastic=False) == 'onednn'
-    kernels.set_fused_kernels(False)
+    set_fast_path(fused_kernels=False)
     assert kernels.select_backend(x, stochastic=False) == 'torch'
     with pytest.raises(ValueError, match='backend must be one of'):
         kernels.linear(x.view(1, 1), x.view(1, 1), None, backend='mkl')

@@ -141,6 +141,29 @@ def test_bad_settings_are_refused(value):
         policy.set_fast_path(value)
 
 
+def test_one_api_for_the_three_switches():
+    """fast_path / set_fast_path set the fast paths, the CPU's fused
+    kernels and the token pieces; a switch not given stays; the block
+    restores all three; bad values get one paragraph each."""
+    from xcit_dense.models.ops import onednn, pieces
+    x = torch.randn(1, 40, 8)
+    assert policy.SWITCHES == policy.Switches()  # the defaults
+    with fast_path(fused_kernels=False, piece_tokens=7):
+        assert policy.SWITCHES.fast_path is True
+        with torch.no_grad():
+            assert onednn.select_backend(x, False) == 'torch'
+            assert pieces.piece_tokens(40, 8, x) == 7
+        with fast_path(False):
+            assert policy.SWITCHES == policy.Switches(False, False, 7)
+        assert policy.SWITCHES == policy.Switches(True, False, 7)
+    assert policy.SWITCHES == policy.Switches()
+    for kwargs, message in [(dict(fused_kernels='no'), 'fused_kernels must'),
+                            (dict(piece_tokens=0), 'piece_tokens must')]:
+        with pytest.raises(ValueError, match=message):
+            policy.set_fast_path(**kwargs)
+    assert policy.SWITCHES == policy.Switches()
+
+
 def test_compile_auto_is_eager_on_the_cpu_and_dynamic_on_cuda():
     model = randomized(compile_cfg='auto').eval()
     assert model.compile_options('cpu') is None

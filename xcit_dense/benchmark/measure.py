@@ -293,9 +293,9 @@ def _executed_gmac(base: str, x) -> float:
     same)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..models.ops.onednn import fused_kernels
+    from ..models import fast_path
     model = build_backbone(base, set(), str(x.device)).to(x.device).eval()
-    with fused_kernels(False), torch.no_grad(), \
+    with fast_path(fused_kernels=False), torch.no_grad(), \
             FlopCounterMode(display=False) as counter:
         model(x)
     return counter.get_total_flops() / 2e9  # the counter: 2 per multiply-add

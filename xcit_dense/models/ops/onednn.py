@@ -15,44 +15,27 @@ from the standard operators only by float rounding (tested to 1e-4).
 
 Everywhere else (autocast, ``torch.compile``, CUDA, other dtypes) the same
 functions run ``F.linear`` / ``F.conv2d`` and element-wise ops, so autograd,
-autocast and compilers see standard operators.
+autocast and compilers see standard operators; so does the CPU with
+``xcit_dense.set_fast_path(fused_kernels=False)`` (or ``with
+fast_path(fused_kernels=False):``).
 """
-from contextlib import contextmanager
-from typing import Iterator, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from ..policy import SWITCHES
+
 _ONEDNN_OPS = (torch.backends.mkldnn.is_available()
                and hasattr(torch.ops.mkldnn, '_linear_pointwise')
                and hasattr(torch.ops.mkldnn, '_convolution_pointwise'))
-_enabled = True
 
 ACTIVATIONS = (None, 'gelu')
 #: ``'fused'``: oneDNN GEMMs and convolutions with fused epilogues (fp32 CPU
 #: inference); ``'onednn'``: oneDNN GEMMs with autograd (fp32 CPU training);
 #: ``'torch'``: standard operators.
 BACKENDS = ('fused', 'onednn', 'torch')
-
-
-@contextmanager
-def fused_kernels(enabled: bool) -> Iterator[None]:
-    """``with fused_kernels(False):`` runs the standard operators inside
-    the block; the previous setting is restored after."""
-    previous = _enabled
-    set_fused_kernels(enabled)
-    try:
-        yield
-    finally:
-        set_fused_kernels(previous)
-
-
-def set_fused_kernels(enabled: bool) -> None:
-    """Switch the oneDNN kernels on or off globally (on by default); off,
-    every call takes the standard PyTorch operators."""
-    global _enabled
-    _enabled = bool(enabled)
 
 
 def select_backend(x: torch.Tensor, stochastic: bool) -> str:
@@ -63,7 +46,7 @@ def select_backend(x: torch.Tensor, stochastic: bool) -> str:
     ``torch.compile`` only the fused inference kernels are kept (as custom
     operators the compiler calls as they are); training is left to the
     compiler."""
-    if not (_enabled and _ONEDNN_OPS and x.device.type == 'cpu'
+    if not (SWITCHES.fused_kernels and _ONEDNN_OPS and x.device.type == 'cpu'
             and x.dtype == torch.float32
             and not torch.is_autocast_enabled('cpu')):
         return 'torch'

@@ -9,14 +9,14 @@ other than the CPU (CUDA's caching allocator keeps freed blocks, and smaller
 pieces would only launch more kernels) a layer runs on all its tokens at
 once.
 """
-from contextlib import contextmanager
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, List
 
 import torch
 
+from ..policy import SWITCHES
+
 #: Largest temporary of one piece, in MiB.
 PIECE_MIB: float = 24
-_fixed_tokens: Optional[int] = None
 
 
 def in_pieces(x: torch.Tensor) -> bool:
@@ -31,8 +31,8 @@ def piece_tokens(n: int, width: int, x: torch.Tensor) -> int:
     :func:`in_pieces`)."""
     if not in_pieces(x):
         return n
-    if _fixed_tokens:
-        return _fixed_tokens
+    if SWITCHES.piece_tokens:
+        return SWITCHES.piece_tokens
     return max(1, int(PIECE_MIB * 2**20) // (width * x.element_size()))
 
 
@@ -46,18 +46,6 @@ def pieces(n: int, width: int, x: torch.Tensor) -> List[slice]:
     count = -(-n // piece_tokens(n, width, x))
     size = -(-n // count)
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
-
-
-@contextmanager
-def fixed_piece_tokens(tokens: Optional[int]) -> Iterator[None]:
-    """Pieces of exactly ``tokens`` tokens inside the block (``None``: sized
-    by memory); for tests of ragged pieces."""
-    global _fixed_tokens
-    previous, _fixed_tokens = _fixed_tokens, tokens
-    try:
-        yield
-    finally:
-        _fixed_tokens = previous
 
 
 def assemble(x: torch.Tensor, ranges: List[slice], width: int,

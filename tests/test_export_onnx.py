@@ -187,6 +187,21 @@ def test_dynamic_segmentors_are_refused_and_say_why(config, message,
     assert list(tmp_path.glob('*.onnx')) == []
 
 
+def test_backbone_only_dynamic_on_a_segmentor_config(tmp_path):
+    """--backbone-only --dynamic exports the pyramid of an ADE20K config:
+    the decode head's fixed-size pooling is not part of that graph."""
+    config = tmp_path / 'upernet.py'
+    config.write_text(UPERNET)
+    out = tmp_path / 'bb.onnx'
+    proc = run_tool_here('tools/export_onnx.py', config, '--out', out,
+                         '--shape', 64, 96, '--dynamic', '--backbone-only')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [o.name for o in onnx.load(str(out)).graph.output] == [
+        'feat0', 'feat1', 'feat2', 'feat3']
+    for size in ('64x96', '49x73', '32x32'):
+        assert size in proc.stdout
+
+
 def test_semantic_fpn_fixed_size(tmp_path):
     """Without --dynamic: verified at its size, labels of mmseg."""
     _, model = build(SEM_FPN, tmp_path, 'sem_fpn')

@@ -9,7 +9,7 @@
   logits and labels out at the image's size, as mmseg's
   ``EncoderDecoder.predict`` computes them for an unpadded image.
 """
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 import torch.nn as nn
@@ -37,6 +37,14 @@ class FeatureGraph(nn.Module):
         neck = self.model.neck
         return getattr(neck, 'num_outs', len(getattr(neck, 'in_channels',
                                                      [])))
+
+    def exported_parts(self) -> Dict[str, nn.Module]:
+        """The modules the graph runs, by name: the backbone (and neck);
+        not the heads the model also holds."""
+        parts = {'model.backbone': self.model.backbone}
+        if self.with_neck:
+            parts['model.neck'] = self.model.neck
+        return parts
 
     def forward(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         feats = self.model.extract_feat(inputs) if self.with_neck else \
@@ -67,6 +75,10 @@ class SegmentorGraph(nn.Module):
         self.model = segmentor
         self.in_channels = input_channels(segmentor)
 
+    def exported_parts(self) -> Dict[str, nn.Module]:
+        """The modules the graph runs: the whole segmentor."""
+        return {'model': self.model}
+
     def forward(self, image: torch.Tensor
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
         pre = self.model.data_preprocessor
@@ -88,8 +100,9 @@ class SegmentorGraph(nn.Module):
 
 
 def fixed_size_modules(graph: nn.Module) -> List[str]:
-    """Modules whose ONNX export holds only at the size it was traced at,
-    each with the reason:
+    """Modules the graph runs (its ``exported_parts()``, else all of it)
+    whose ONNX export holds only at the size it was traced at, each with
+    the reason:
 
     * adaptive average pooling to more than one cell (UperNet's pyramid
       pooling): the exporter fixes its windows (onnxruntime then computes
@@ -99,15 +112,19 @@ def fixed_size_modules(graph: nn.Module) -> List[str]:
       computes its output size with ``int(h * scale_factor)``, a Python
       number that the trace records as a constant.
     """
+    parts = graph.exported_parts() if hasattr(graph, 'exported_parts') \
+        else {'': graph}
     fixed = []
-    for name, m in graph.named_modules():
-        if isinstance(m, nn.AdaptiveAvgPool2d) and \
-                m.output_size not in (1, (1, 1)):
-            fixed.append(f'{name} (adaptive average pooling to '
-                         f'{m.output_size})')
-        elif type(m).__name__ == 'Upsample' and \
-                type(m).__module__.startswith('mmseg.') and not m.size:
-            fixed.append(f'{name} (mmseg Upsample: int(h * scale_factor))')
+    for prefix, part in parts.items():
+        for name, m in part.named_modules(prefix=prefix):
+            if isinstance(m, nn.AdaptiveAvgPool2d) and \
+                    m.output_size not in (1, (1, 1)):
+                fixed.append(f'{name} (adaptive average pooling to '
+                             f'{m.output_size})')
+            elif type(m).__name__ == 'Upsample' and \
+                    type(m).__module__.startswith('mmseg.') and not m.size:
+                fixed.append(f'{name} (mmseg Upsample: int(h * '
+                             'scale_factor))')
     return fixed
 
 

@@ -8,6 +8,7 @@ import onnx
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from xcit_dense import XCiT
 from xcit_dense.deploy import (
@@ -147,41 +148,55 @@ def test_an_export_that_differs_leaves_no_file(tmp_path):
 
 
 def test_upernet_export_predicts_what_mmseg_predicts(tmp_path):
-    """The CLI with a checkpoint: strict loading, verification, and labels
-    equal to mmseg's own prediction (data preprocessor, whole inference)
-    for a real image."""
+    """The CLI with a checkpoint and --dynamic: strict loading, verification
+    at three sizes (the pyramid pooling's cells computed for each), and
+    labels equal to mmseg's own prediction (data preprocessor, whole
+    inference) for real images at the export size and an odd one."""
     config, model = build(UPERNET, tmp_path, 'upernet')
     checkpoint = tmp_path / 'upernet.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
     out = tmp_path / 'upernet.onnx'
     proc = run_tool_here('tools/export_onnx.py', config, checkpoint, '--out',
-                         out, '--shape', 64, 96)
+                         out, '--shape', 64, 96, '--dynamic')
     assert proc.returncode == 0, proc.stderr
-    assert 'verified with onnxruntime at 64x96' in proc.stdout
+    assert 'verified with onnxruntime at 64x96, 49x73, 32x32' in proc.stdout
 
-    image = torch.randint(0, 256, (3, 64, 96), dtype=torch.uint8,
-                          generator=torch.Generator().manual_seed(5))
     from mmseg.structures import SegDataSample
-    sample = SegDataSample(metainfo=dict(ori_shape=(64, 96),
-                                         img_shape=(64, 96)))
-    with torch.no_grad():
-        pred = model.test_step(dict(inputs=[image], data_samples=[sample]))
-    logits, labels = onnxruntime_session(str(out)).run(
-        None, {'input': image[None].float().numpy()})
-    assert labels.dtype == np.int64
-    assert np.array_equal(labels[0], pred[0].pred_sem_seg.data[0].numpy())
-    ref = pred[0].seg_logits.data.numpy()
-    assert np.abs(logits[0] - ref).max() <= 1e-4 * np.abs(ref).max()
+    session = onnxruntime_session(str(out))
+    for h, w in [(64, 96), (53, 71)]:
+        image = torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
+                              generator=torch.Generator().manual_seed(5))
+        sample = SegDataSample(metainfo=dict(ori_shape=(h, w),
+                                             img_shape=(h, w)))
+        with torch.no_grad():
+            pred = model.test_step(dict(inputs=[image],
+                                        data_samples=[sample]))
+        logits, labels = session.run(
+            None, {'input': image[None].float().numpy()})
+        assert labels.dtype == np.int64
+        assert np.array_equal(labels[0],
+                              pred[0].pred_sem_seg.data[0].numpy())
+        ref = pred[0].seg_logits.data.numpy()
+        assert np.abs(logits[0] - ref).max() <= 1e-4 * np.abs(ref).max()
 
 
-@pytest.mark.parametrize('config, message', [
-    (UPERNET, r'psp_modules.1.0 \(adaptive average pooling to 2\)'),
-    (SEM_FPN, r'scale_heads.1.1 \(mmseg Upsample: int\(h \* scale_factor'),
-])
-def test_dynamic_segmentors_are_refused_and_say_why(config, message,
-                                                    tmp_path):
-    _, model = build(config, tmp_path, 'segmentor')
+@pytest.mark.parametrize('cells', [1, 2, 3, 6, (2, 5)])
+@pytest.mark.parametrize('size', [(6, 6), (7, 11), (13, 5), (33, 40)])
+def test_adaptive_pooling_for_any_size_has_pytorchs_bins(cells, size):
+    from xcit_dense.deploy.adaptive_pooling import (
+        adaptive_avg_pool2d_any_size,
+    )
+    cells = cells if isinstance(cells, tuple) else (cells, cells)
+    x = torch.randn(2, 3, *size)
+    torch.testing.assert_close(adaptive_avg_pool2d_any_size(x, cells),
+                               F.adaptive_avg_pool2d(x, cells),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_dynamic_semantic_fpn_is_refused_and_says_why(tmp_path):
+    _, model = build(SEM_FPN, tmp_path, 'segmentor')
     out = tmp_path / 'dynamic.onnx'
+    message = r'scale_heads.1.1 \(mmseg Upsample: int\(h \* scale_factor'
     with pytest.raises(ExportError, match=message + r'.*--shape H W'):
         export_onnx(SegmentorGraph(model), str(out), 1, 64, 64, dynamic=True)
     assert list(tmp_path.glob('*.onnx')) == []

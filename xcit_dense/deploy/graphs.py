@@ -9,7 +9,7 @@
   logits and labels out at the image's size, as mmseg's
   ``EncoderDecoder.predict`` computes them for an unpadded image.
 """
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import torch
 import torch.nn as nn
@@ -99,33 +99,34 @@ class SegmentorGraph(nn.Module):
         return logits, labels
 
 
-def fixed_size_modules(graph: nn.Module) -> List[str]:
-    """Modules the graph runs (its ``exported_parts()``, else all of it)
-    whose ONNX export holds only at the size it was traced at, each with
-    the reason:
-
-    * adaptive average pooling to more than one cell (UperNet's pyramid
-      pooling): the exporter fixes its windows (onnxruntime then computes
-      wrong values or fails at other sizes; mmdeploy likewise exports such
-      models with static shapes only);
-    * mmseg's ``Upsample`` by a scale factor (the Semantic FPN head): it
-      computes its output size with ``int(h * scale_factor)``, a Python
-      number that the trace records as a constant.
-    """
+def modules_run(graph: nn.Module) -> Iterator[Tuple[str, nn.Module]]:
+    """The modules the graph runs (its ``exported_parts()``, else all of
+    it), by name."""
     parts = graph.exported_parts() if hasattr(graph, 'exported_parts') \
         else {'': graph}
-    fixed = []
     for prefix, part in parts.items():
-        for name, m in part.named_modules(prefix=prefix):
-            if isinstance(m, nn.AdaptiveAvgPool2d) and \
-                    m.output_size not in (1, (1, 1)):
-                fixed.append(f'{name} (adaptive average pooling to '
-                             f'{m.output_size})')
-            elif type(m).__name__ == 'Upsample' and \
-                    type(m).__module__.startswith('mmseg.') and not m.size:
-                fixed.append(f'{name} (mmseg Upsample: int(h * '
-                             'scale_factor))')
-    return fixed
+        yield from part.named_modules(prefix=prefix)
+
+
+def pools_to_cells(graph: nn.Module) -> bool:
+    """The graph runs adaptive average pooling to more than one cell
+    (UperNet's pyramid pooling), which an export with free height and width
+    computes with :mod:`.adaptive_pooling`."""
+    return any(isinstance(m, nn.AdaptiveAvgPool2d) and
+               m.output_size not in (1, (1, 1))
+               for _, m in modules_run(graph))
+
+
+def fixed_size_modules(graph: nn.Module) -> List[str]:
+    """Modules the graph runs whose ONNX export holds only at the size it
+    was traced at, each with the reason: mmseg's ``Upsample`` by a scale
+    factor (the Semantic FPN head) computes its output size with
+    ``int(h * scale_factor)``, a Python number that the trace records as a
+    constant."""
+    return [f'{name} (mmseg Upsample: int(h * scale_factor))'
+            for name, m in modules_run(graph)
+            if type(m).__name__ == 'Upsample' and
+            type(m).__module__.startswith('mmseg.') and not m.size]
 
 
 def input_channels(model: nn.Module) -> int:

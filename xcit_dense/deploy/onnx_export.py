@@ -18,7 +18,8 @@ import torch.nn as nn
 from ..atomic_files import move_into_place
 from ..errors import ExportError, UserError
 from ..models.policy import fast_path
-from .graphs import fixed_size_modules
+from .adaptive_pooling import DECOMPOSITIONS
+from .graphs import fixed_size_modules, pools_to_cells
 
 #: largest difference allowed, relative to the largest value of the output
 TOLERANCE = 1e-4
@@ -118,7 +119,8 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
 def _export(graph: nn.Module, path: str, example: torch.Tensor,
             dynamic: bool, opset: int) -> None:
     """``torch.export`` (non-strict: Python runs, the tensor operations are
-    recorded; with free height and width marked dynamic), then ONNX."""
+    recorded; with free height and width marked dynamic, adaptive pooling
+    to cells computed for the actual size), then ONNX."""
     shapes = None
     if dynamic:
         free = torch.export.Dim.DYNAMIC
@@ -128,6 +130,8 @@ def _export(graph: nn.Module, path: str, example: torch.Tensor,
         try:
             program = torch.export.export(graph, (example, ),
                                           dynamic_shapes=shapes, strict=False)
+            if dynamic and pools_to_cells(graph):
+                program = program.run_decompositions(DECOMPOSITIONS)
         except Exception as e:  # the exporter's errors have many types
             raise ExportError(f'torch.export cannot trace '
                               f'{type(graph).__name__}: {_first_line(e)}'

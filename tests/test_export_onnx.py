@@ -179,6 +179,44 @@ def test_upernet_export_predicts_what_mmseg_predicts(tmp_path):
         ref = pred[0].seg_logits.data.numpy()
         assert np.abs(logits[0] - ref).max() <= 1e-4 * np.abs(ref).max()
 
+    # the exported file drawn without the mm model, on both runtimes: the
+    # picture of the PyTorch model
+    import cv2
+    image = tmp_path / 'image.png'
+    cv2.imwrite(str(image), np.random.default_rng(2).integers(
+        0, 256, (53, 71, 3), dtype=np.uint8))
+    drawn = {}
+    for name, args in [('torch', (config, checkpoint)),
+                       ('onnxruntime', (out, )),
+                       ('openvino', (out, '--runtime', 'openvino'))]:
+        proc = run_tool_here('tools/demo.py', image, *args, '--out',
+                             tmp_path / f'{name}.png')
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        drawn[name] = cv2.imread(str(tmp_path / f'{name}.png'))
+    assert 'label map (openvino) drawn to' in proc.stdout
+    assert np.array_equal(drawn['onnxruntime'], drawn['torch'])
+    assert np.array_equal(drawn['openvino'], drawn['torch'])
+    # a file without labels to draw, and a checkpoint given with a file
+    from onnx import TensorProto, helper
+
+    from xcit_dense.deploy import read_metadata
+    from xcit_dense.deploy.runtimes import write_metadata
+    assert read_metadata(str(out))['xcit_dense.graph'] == 'SegmentorGraph'
+    backbone = tmp_path / 'bb.onnx'  # what a --backbone-only export records
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])
+          for n in ('input', 'feat0')]
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node('Identity', ['input'], ['feat0'])], 'g', io[:1],
+        io[1:])), str(backbone))
+    write_metadata(str(backbone), {'xcit_dense.graph': 'FeatureGraph'})
+    for args, message in [((backbone, ), 'holds a FeatureGraph: only a '
+                           'whole segmentor'),
+                          ((out, checkpoint), 'holds its weights: give no '
+                           'CHECKPOINT')]:
+        proc = run_tool_here('tools/demo.py', image, *args, '--out',
+                             tmp_path / 'x.png')
+        assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+
 
 @pytest.mark.parametrize('cells', [1, 2, 3, 6, (2, 5)])
 @pytest.mark.parametrize('size', [(6, 6), (7, 11), (13, 5), (33, 40)])

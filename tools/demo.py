@@ -1,9 +1,14 @@
 """Draw a detector's or segmentor's predictions on an image.
 
     python tools/demo.py IMAGE CONFIG CHECKPOINT --out result.jpg
+    python tools/demo.py IMAGE SEGMENTOR.onnx --out result.jpg \
+        [--runtime onnxruntime|openvino]
 
 The config's ``default_scope`` picks mmdet (boxes, masks and labels) or
-mmseg (the label map blended over the image).
+mmseg (the label map blended over the image). A segmentor exported by
+tools/export_onnx.py runs on onnxruntime or OpenVINO without building the
+mm model: the file records the config's test pipeline, class names, palette
+and visualizer, and the picture is the one the PyTorch model draws.
 """
 import argparse
 import os
@@ -16,6 +21,7 @@ import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.cli import load_config, run_cli  # noqa: E402
+from xcit_dense.deploy import RUNTIMES, ExportedSegmentor  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
 from xcit_dense.preflight import check_checkpoint  # noqa: E402
@@ -24,16 +30,20 @@ from xcit_dense.preflight import check_checkpoint  # noqa: E402
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('image', help='image file')
-    parser.add_argument('config', help='config file')
+    parser.add_argument('config', help='config file, or an .onnx file of '
+                        'a segmentor exported by tools/export_onnx.py')
     parser.add_argument(
-        'checkpoint', help='checkpoint file or http(s) URL (ours, or a '
-        'published XCiT detector / segmentor)')
+        'checkpoint', nargs='?', help='checkpoint file or http(s) URL (ours, '
+        'or a published XCiT detector / segmentor); not with an .onnx file')
     parser.add_argument('--out', required=True, help='output image file')
     parser.add_argument('--device', default='cpu', help='e.g. cpu, cuda:0')
     parser.add_argument('--score-thr', type=float, default=0.3,
                         help='detection: smallest score drawn')
     parser.add_argument('--opacity', type=float, default=0.5,
                         help='segmentation: opacity of the label map')
+    parser.add_argument('--runtime', choices=RUNTIMES,
+                        default='onnxruntime',
+                        help='the runtime of an .onnx file')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         default={}, help='override settings in the config')
     return parser.parse_args()
@@ -43,10 +53,16 @@ def main():
     args = parse_args()
     if not osp.isfile(args.image):
         raise UserError(f'Image not found: {args.image}')
-    cfg = load_config(args.config, args.cfg_options)
-    checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
     image = mmcv.imread(args.image, channel_order='rgb')
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    if args.config.endswith('.onnx'):
+        return draw_exported(args, image)
+    if args.checkpoint is None:
+        raise UserError('CHECKPOINT is missing: a config needs the '
+                        'checkpoint of its trained model (an .onnx file '
+                        'needs none).')
+    cfg = load_config(args.config, args.cfg_options)
+    checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
     if cfg.default_scope == 'mmdet':
         from mmdet.apis import inference_detector
         from mmdet.registry import VISUALIZERS
@@ -72,6 +88,24 @@ def main():
             'result', image, data_sample=result, draw_gt=False,
             out_file=args.out)
         print(f'label map drawn to {args.out}')
+
+
+def draw_exported(args, image):
+    """The label map of an exported segmentor, drawn as mmseg draws it."""
+    from mmseg.registry import VISUALIZERS
+    if not osp.isfile(args.config):
+        raise UserError(f'ONNX file not found: {args.config}')
+    if args.checkpoint is not None:
+        raise UserError(f'{args.config} holds its weights: give no '
+                        f'CHECKPOINT (got {args.checkpoint}).')
+    model = ExportedSegmentor(args.config, args.runtime)
+    result = model.predict(args.image)
+    visualizer = VISUALIZERS.build(model.visualizer_cfg)
+    visualizer.dataset_meta = model.dataset_meta
+    visualizer.alpha = args.opacity
+    visualizer.add_datasample('result', image, data_sample=result,
+                              draw_gt=False, out_file=args.out)
+    print(f'label map ({args.runtime}) drawn to {args.out}')
 
 
 if __name__ == '__main__':

@@ -9,8 +9,7 @@ import torch
 from .errors import UserError
 
 
-def init_model(cfg, checkpoint: Optional[str],
-                         device: str = 'cpu'):
+def init_model(cfg, checkpoint: Optional[str], device: str = 'cpu'):
     """The config's detector or segmentor as mmdet's ``init_detector`` /
     mmseg's ``init_model`` build it, in eval mode on ``device``, with the
     weights of ``checkpoint`` (a local file: ours or published) loaded

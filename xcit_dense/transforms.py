@@ -23,6 +23,8 @@ class CheckSegLabels(BaseTransform):
         self.ignore_index = ignore_index
 
     def transform(self, results: dict) -> dict:
+        if 'gt_seg_map' not in results:  # inference: no label map to check
+            return results
         seg = results['gt_seg_map']
         bad = (seg >= self.num_classes) & (seg != self.ignore_index)
         if bad.any():

@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 import torch
 
+from ..deploy.runtimes import runtime_session
 from .builders import (
     build_backbone,
     build_detector,
@@ -53,26 +54,6 @@ def export_row(args) -> dict:
     return dict(export_s=time.perf_counter() - start, onnx_file=path,
                 export_max_rel_diff=max(r.get('max_rel_diff', 0.)
                                         for r in rows))
-
-
-def runtime_session(runtime: str, path: str, threads: int):
-    """A callable ``f(numpy input) -> list of numpy outputs`` running the
-    ONNX file on ``runtime``."""
-    if runtime == 'onnxruntime':
-        from ..deploy import onnxruntime_session
-        session = onnxruntime_session(path, threads)
-        name = session.get_inputs()[0].name
-        return lambda x: session.run(None, {name: x})
-    import openvino as ov
-    compiled = ov.Core().compile_model(
-        path, 'CPU', {'INFERENCE_NUM_THREADS': threads,
-                      'INFERENCE_PRECISION_HINT': 'f32'})
-    request = compiled.create_infer_request()
-
-    def run(x):
-        results = request.infer([x])  # one inference, all outputs
-        return [results[o] for o in compiled.outputs]
-    return run
 
 
 def matmul_rate(device: str, n: int, repeat: int, dtype_name: str) -> float:

@@ -2,6 +2,8 @@
 backbones, whole detectors and segmentors (see ``tools/benchmark.py``)."""
 import os.path as osp
 
+from ..deploy.runtimes import RUNTIMES
+
 PEERS = ('swin_t', 'r50', 'vit_s16', 'vit_b16')
 DETECTORS = {
     'mask_rcnn_xcit_s12': 'configs/coco/mask_rcnn_xcit_s12.py',
@@ -10,7 +12,6 @@ DETECTORS = {
 SEGMENTORS = {
     'upernet_xcit_s12': 'configs/ade20k/upernet_xcit_s12.py',
 }
-RUNTIMES = ('onnxruntime', 'openvino')
 XCIT_VARIANTS = ('reference', 'always', 'compile', 'bf16', 'cp', 'amp') + \
     RUNTIMES
 SEGMENTOR_VARIANTS = ('reference', 'compile', 'amp') + RUNTIMES

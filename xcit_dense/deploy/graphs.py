@@ -9,6 +9,7 @@
   logits and labels out at the image's size, as mmseg's
   ``EncoderDecoder.predict`` computes them for an unpadded image.
 """
+import json
 from typing import Dict, Iterator, List, Tuple
 
 import torch
@@ -37,6 +38,11 @@ class FeatureGraph(nn.Module):
         neck = self.model.neck
         return getattr(neck, 'num_outs', len(getattr(neck, 'in_channels',
                                                      [])))
+
+    def metadata(self) -> Dict[str, str]:
+        """What the exported file records of its graph (ONNX
+        ``metadata_props``)."""
+        return {'xcit_dense.graph': type(self).__name__}
 
     def exported_parts(self) -> Dict[str, nn.Module]:
         """The modules the graph runs, by name: the backbone (and neck);
@@ -75,6 +81,26 @@ class SegmentorGraph(nn.Module):
         self.model = segmentor
         self.in_channels = input_channels(segmentor)
 
+    def metadata(self) -> Dict[str, str]:
+        """What the exported file records for running it without the mm
+        model (:class:`~xcit_dense.deploy.ExportedSegmentor`): the class
+        names and palette, the config's test pipeline and visualizer, and
+        how the logits become labels at the image's size (the decode head's
+        ``align_corners`` and, for one output channel, ``threshold``)."""
+        cfg = getattr(self.model, 'cfg', None)
+        head = self.model.decode_head
+        return {
+            'xcit_dense.graph': type(self).__name__,
+            'xcit_dense.dataset_meta': _json(
+                getattr(self.model, 'dataset_meta', None) or {}),
+            'xcit_dense.test_pipeline': _json(
+                cfg.get('test_pipeline', []) if cfg else []),
+            'xcit_dense.visualizer': _json(
+                cfg.get('visualizer', {}) if cfg else {}),
+            'xcit_dense.align_corners': _json(bool(head.align_corners)),
+            'xcit_dense.threshold': _json(getattr(head, 'threshold', None)),
+        }
+
     def exported_parts(self) -> Dict[str, nn.Module]:
         """The modules the graph runs: the whole segmentor."""
         return {'model': self.model}
@@ -97,6 +123,19 @@ class SegmentorGraph(nn.Module):
             threshold = self.model.decode_head.threshold
             labels = (logits.sigmoid() > threshold).squeeze(1).long()
         return logits, labels
+
+
+def _json(value) -> str:
+    """``value`` (config dicts and lists, arrays of a palette) as JSON."""
+    from mmengine.config import ConfigDict
+
+    def plain(v):
+        if isinstance(v, (ConfigDict, dict)):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        return v.tolist() if hasattr(v, 'tolist') else v
+    return json.dumps(plain(value))
 
 
 def modules_run(graph: nn.Module) -> Iterator[Tuple[str, nn.Module]]:

@@ -20,6 +20,7 @@ from ..errors import ExportError, UserError
 from ..models.policy import fast_path
 from .adaptive_pooling import DECOMPOSITIONS
 from .graphs import fixed_size_modules, pools_to_cells
+from .runtimes import onnxruntime_session, write_metadata
 
 #: largest difference allowed, relative to the largest value of the output
 TOLERANCE = 1e-4
@@ -104,6 +105,7 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
     try:
         _export(graph, partial, example_input(graph, batch, height, width),
                 dynamic, opset)
+        write_metadata(partial, graph.metadata())
         log(f'exported {type(graph).__name__} (opset {opset}, '
             + ('dynamic height and width' if dynamic else
                f'{batch}x{graph.in_channels}x{height}x{width}') + ')')
@@ -151,18 +153,6 @@ def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return f'{type(error).__name__}: ' + (text.splitlines()[0] if text
                                           else '')
-
-
-def onnxruntime_session(path: str, threads: Optional[int] = None):
-    """An onnxruntime CPU session of ``path`` (``threads`` intra-op threads,
-    one inter-op thread)."""
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    return ort.InferenceSession(path, options,
-                                providers=['CPUExecutionProvider'])
 
 
 def verify_onnx(path: str, graph: nn.Module, batch: int,

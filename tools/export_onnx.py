@@ -17,11 +17,10 @@ The graph is traced from the modules' straightforward computation (the same
 ``fast_path(False)`` switch the tests use). Before the file is written under
 its name, onnxruntime must reproduce PyTorch on the export size and, with
 --dynamic, on two more sizes (one odd): largest difference at most 1e-4 of
-the largest value, labels equal. --dynamic works for backbones, detector
-backbone + neck and UperNet (its pyramid pooling's cells computed for the
-actual size); Semantic FPN's head fixes its sizes and is refused. Without
-CHECKPOINT the weights are the config's initialisation (random), e.g. to
-measure speed.
+the largest value, labels equal. --dynamic works for every graph: UperNet's
+pyramid pooling computes its cells for the actual size, Semantic FPN's
+upsampling its sizes. Without CHECKPOINT the weights are the config's
+initialisation (random), e.g. to measure speed.
 """
 import argparse
 import os.path as osp

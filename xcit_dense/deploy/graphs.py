@@ -156,16 +156,15 @@ def pools_to_cells(graph: nn.Module) -> bool:
                for _, m in modules_run(graph))
 
 
-def fixed_size_modules(graph: nn.Module) -> List[str]:
-    """Modules the graph runs whose ONNX export holds only at the size it
-    was traced at, each with the reason: mmseg's ``Upsample`` by a scale
-    factor (the Semantic FPN head) computes its output size with
-    ``int(h * scale_factor)``, a Python number that the trace records as a
-    constant."""
-    return [f'{name} (mmseg Upsample: int(h * scale_factor))'
-            for name, m in modules_run(graph)
-            if type(m).__name__ == 'Upsample' and
-            type(m).__module__.startswith('mmseg.') and not m.size]
+def sizes_from_python(graph: nn.Module) -> bool:
+    """The graph runs modules that compute a size as a Python number from
+    the input's shape: mmseg's ``Upsample`` by a scale factor (the Semantic
+    FPN head: ``int(h * scale_factor)``). Traced with Python running, the
+    number becomes a constant of the export size; traced by dynamo
+    (``torch.export(strict=True)``) it stays symbolic."""
+    return any(type(m).__name__ == 'Upsample' and
+               type(m).__module__.startswith('mmseg.') and not m.size
+               for _, m in modules_run(graph))
 
 
 def input_channels(model: nn.Module) -> int:

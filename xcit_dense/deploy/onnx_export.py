@@ -19,7 +19,7 @@ from ..atomic_files import move_into_place
 from ..errors import ExportError, UserError
 from ..models.policy import fast_path
 from .adaptive_pooling import DECOMPOSITIONS
-from .graphs import fixed_size_modules, pools_to_cells
+from .graphs import pools_to_cells, sizes_from_python
 from .runtimes import onnxruntime_session, write_metadata
 
 #: largest difference allowed, relative to the largest value of the output
@@ -85,17 +85,6 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
     :func:`verify_onnx`) and only then move it into place. Returns the
     verification rows; raises :class:`ExportError` (and leaves no file)
     when the export fails or does not reproduce PyTorch."""
-    if dynamic:
-        fixed = fixed_size_modules(graph)
-        if fixed:
-            more = f' and {len(fixed) - 3} more' if len(fixed) > 3 else ''
-            raise ExportError(
-                f'{type(graph).__name__} cannot be exported with free height '
-                'and width: in ' + '; '.join(fixed[:3]) + more + ' the '
-                'exported graph would hold only at the export size. Export '
-                'without --dynamic at the size the model will run at '
-                '(--shape H W, one file per size), or export the backbone '
-                'alone (--backbone-only).')
     graph.eval()
     directory = osp.dirname(osp.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -120,9 +109,11 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
 
 def _export(graph: nn.Module, path: str, example: torch.Tensor,
             dynamic: bool, opset: int) -> None:
-    """``torch.export`` (non-strict: Python runs, the tensor operations are
-    recorded; with free height and width marked dynamic, adaptive pooling
-    to cells computed for the actual size), then ONNX."""
+    """``torch.export``, then ONNX. Non-strict (Python runs, the tensor
+    operations are recorded) except, with free height and width, for graphs
+    that compute sizes as Python numbers (:func:`sizes_from_python`): dynamo
+    keeps those symbolic. With free height and width, adaptive pooling to
+    cells is computed for the actual size (:mod:`.adaptive_pooling`)."""
     shapes = None
     if dynamic:
         free = torch.export.Dim.DYNAMIC
@@ -130,8 +121,10 @@ def _export(graph: nn.Module, path: str, example: torch.Tensor,
                    3: free(min=MIN_SIZE, max=MAX_SIZE)}, )
     with fast_path(False), torch.no_grad():
         try:
+            strict = dynamic and sizes_from_python(graph)
             program = torch.export.export(graph, (example, ),
-                                          dynamic_shapes=shapes, strict=False)
+                                          dynamic_shapes=shapes,
+                                          strict=strict)
             if dynamic and pools_to_cells(graph):
                 program = program.run_decompositions(DECOMPOSITIONS)
         except Exception as e:  # the exporter's errors have many types

@@ -24,9 +24,13 @@ demo-ade20k: install
 	$(PY) tools/make_synthetic_data.py ade20k data/synthetic_ade20k
 	$(PY) tools/train.py $(DEMO_ADE20K) --work-dir work_dirs/demo_ade20k
 
+# One pytest worker per core, a test file per worker at a time (its fixtures
+# shared), one thread each: two workers of two threads oversubscribe a
+# 2-core machine and OpenMP's spinning threads slow both.
 test: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest tests --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest tests -n auto --dist loadfile \
+	    --durations=15
 
 # On a machine with an NVIDIA GPU: the CUDA tests, the per-part probe behind
 # the fast-path policy, then tools/benchmark.py --device cuda for the backbone

@@ -9,6 +9,12 @@ from .names import DETECTORS, RUNTIMES
 from .runs import combine
 
 
+def _head(*columns):
+    """A markdown table's header row and its separator."""
+    return ['| ' + ' | '.join(columns) + ' |',
+            '|' + ' --- |' * len(columns)]
+
+
 def _fmt(value, spec):
     return '' if value is None else format(value, spec)
 
@@ -93,12 +99,9 @@ def _main_table(results, matmul, args):
            'set before the first step.' if args.device == 'cpu' else
            'torch.cuda.max_memory_allocated; "act." = that minus the memory '
            'allocated before the first step.'), '',
-        '| model | input | batch | mode | time (s) | images/s | first call '
-        '(s) | peak mem (GiB) | act. mem (GiB) | GMAC/image | executed '
-        'GMAC/image | achieved GFLOP/s |',
-        '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- '
-        '| --- |'
-    ]
+        *_head('model', 'input', 'batch', 'mode', 'time (s)', 'images/s',
+               'first call (s)', 'peak mem (GiB)', 'act. mem (GiB)',
+               'GMAC/image', 'executed GMAC/image', 'achieved GFLOP/s')]
     for r in results:
         size = f'{r["h"]}x{r["w"]}'
         head = f'| {r["model"]} | {size} | {r["batch"]} | {r["mode"]} | '
@@ -123,9 +126,9 @@ def _reference_ratios(results):
     lines = [
         '', 'Against the straightforward computation (`@reference`, with '
         'the same precision variant where one was measured), same run:', '',
-        '| model | input | batch | mode | speed-up | peak mem ratio | '
-        'act. mem ratio | max output diff (rel. to max) |',
-        '| --- | --- | --- | --- | --- | --- | --- | --- |']
+        *_head('model', 'input', 'batch', 'mode', 'speed-up',
+               'peak mem ratio', 'act. mem ratio',
+               'max output diff (rel. to max)')]
     for r in rows:
         lines.append(
             f'| {r["model"]} | {r["size"]} | {r["batch"]} | {r["mode"]} '
@@ -142,9 +145,9 @@ def _runtime_ratios(results):
     lines = [
         '', 'Runtimes against our eager PyTorch path (fast path on), '
         'same run (> 1: the runtime is faster):', '',
-        '| model | input | batch | speed-up over eager | peak mem ratio | '
-        'max output diff (rel. to max) | export + verification (s) |',
-        '| --- | --- | --- | --- | --- | --- | --- |']
+        *_head('model', 'input', 'batch', 'speed-up over eager',
+               'peak mem ratio', 'max output diff (rel. to max)',
+               'export + verification (s)')]
     for r in rows:
         lines.append(
             f'| {r["model"]} | {r["size"]} | {r["batch"]} | '
@@ -158,8 +161,8 @@ def _scaling(results):
     if not scaling:
         return []
     return ['', 'Time at 1600x2688 over time at 800x1344 (4.0 is '
-            'linear in pixels):', '', '| model | batch | mode | ratio |',
-            '| --- | --- | --- | --- |'] + [
+            'linear in pixels):', '',
+            *_head('model', 'batch', 'mode', 'ratio')] + [
         f'| {m} | {b} | {mode} | {t:.2f} |' for m, b, mode, t in scaling]
 
 

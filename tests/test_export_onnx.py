@@ -200,15 +200,15 @@ def test_upernet_export_predicts_what_mmseg_predicts(tmp_path):
     from onnx import TensorProto, helper
 
     from xcit_dense.deploy import read_metadata
-    from xcit_dense.deploy.runtimes import write_metadata
     assert read_metadata(str(out))['xcit_dense.graph'] == 'SegmentorGraph'
     backbone = tmp_path / 'bb.onnx'  # what a --backbone-only export records
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])
           for n in ('input', 'feat0')]
-    onnx.save(helper.make_model(helper.make_graph(
+    file = helper.make_model(helper.make_graph(
         [helper.make_node('Identity', ['input'], ['feat0'])], 'g', io[:1],
-        io[1:])), str(backbone))
-    write_metadata(str(backbone), {'xcit_dense.graph': 'FeatureGraph'})
+        io[1:]))
+    helper.set_model_props(file, {'xcit_dense.graph': 'FeatureGraph'})
+    onnx.save(file, str(backbone))
     for args, message in [((backbone, ), 'holds a FeatureGraph: only a '
                            'whole segmentor'),
                           ((out, checkpoint), 'holds its weights: give no '

@@ -87,16 +87,14 @@ class SegmentorGraph(nn.Module):
         names and palette, the config's test pipeline and visualizer, and
         how the logits become labels at the image's size (the decode head's
         ``align_corners`` and, for one output channel, ``threshold``)."""
-        cfg = getattr(self.model, 'cfg', None)
+        cfg = getattr(self.model, 'cfg', None) or {}
         head = self.model.decode_head
         return {
             'xcit_dense.graph': type(self).__name__,
             'xcit_dense.dataset_meta': _json(
                 getattr(self.model, 'dataset_meta', None) or {}),
-            'xcit_dense.test_pipeline': _json(
-                cfg.get('test_pipeline', []) if cfg else []),
-            'xcit_dense.visualizer': _json(
-                cfg.get('visualizer', {}) if cfg else {}),
+            'xcit_dense.test_pipeline': _json(cfg.get('test_pipeline', [])),
+            'xcit_dense.visualizer': _json(cfg.get('visualizer', {})),
             'xcit_dense.align_corners': _json(bool(head.align_corners)),
             'xcit_dense.threshold': _json(getattr(head, 'threshold', None)),
         }
@@ -139,11 +137,8 @@ def _json(value) -> str:
 
 
 def modules_run(graph: nn.Module) -> Iterator[Tuple[str, nn.Module]]:
-    """The modules the graph runs (its ``exported_parts()``, else all of
-    it), by name."""
-    parts = graph.exported_parts() if hasattr(graph, 'exported_parts') \
-        else {'': graph}
-    for prefix, part in parts.items():
+    """The modules the graph runs (its ``exported_parts()``), by name."""
+    for prefix, part in graph.exported_parts().items():
         yield from part.named_modules(prefix=prefix)
 
 

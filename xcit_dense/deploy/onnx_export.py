@@ -20,7 +20,7 @@ from ..errors import ExportError, UserError
 from ..models.policy import fast_path
 from .adaptive_pooling import DECOMPOSITIONS
 from .graphs import pools_to_cells, sizes_from_python
-from .runtimes import onnxruntime_session, write_metadata
+from .runtimes import onnxruntime_session
 
 #: largest difference allowed, relative to the largest value of the output
 TOLERANCE = 1e-4
@@ -94,7 +94,6 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
     try:
         _export(graph, partial, example_input(graph, batch, height, width),
                 dynamic, opset)
-        write_metadata(partial, graph.metadata())
         log(f'exported {type(graph).__name__} (opset {opset}, '
             + ('dynamic height and width' if dynamic else
                f'{batch}x{graph.in_channels}x{height}x{width}') + ')')
@@ -109,7 +108,8 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
 
 def _export(graph: nn.Module, path: str, example: torch.Tensor,
             dynamic: bool, opset: int) -> None:
-    """``torch.export``, then ONNX. Non-strict (Python runs, the tensor
+    """``torch.export``, then ONNX with the graph's ``metadata()`` in the
+    file's ``metadata_props``. Non-strict (Python runs, the tensor
     operations are recorded) except, with free height and width, for graphs
     that compute sizes as Python numbers (:func:`sizes_from_python`): dynamo
     keeps those symbolic. With free height and width, adaptive pooling to
@@ -132,10 +132,13 @@ def _export(graph: nn.Module, path: str, example: torch.Tensor,
                               f'{type(graph).__name__}: {_first_line(e)}'
                               ) from e
         try:
-            torch.onnx.export(
-                program, (example, ), path, input_names=[INPUT_NAME],
+            onnx_program = torch.onnx.export(
+                program, (example, ), input_names=[INPUT_NAME],
                 output_names=list(graph.output_names), opset_version=opset,
-                dynamo=True, external_data=False, verbose=False)
+                dynamo=True, verbose=False)
+            # what the file records of its graph, written with it
+            onnx_program.model.metadata_props.update(graph.metadata())
+            onnx_program.save(path, external_data=False)
         except Exception as e:
             raise ExportError(f'torch.onnx.export cannot translate '
                               f'{type(graph).__name__} to ONNX: '

@@ -40,16 +40,6 @@ def runtime_session(runtime: str, path: str, threads: Optional[int] = None
     return run
 
 
-def write_metadata(path: str, metadata: Dict[str, str]) -> None:
-    """Record ``metadata`` in the ONNX file's ``metadata_props``."""
-    import onnx
-    model = onnx.load(path)
-    for key, value in metadata.items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(model, path)
-
-
 def read_metadata(path: str) -> Dict[str, str]:
     """The ``metadata_props`` of an ONNX file (not its weights)."""
     import onnx

@@ -303,6 +303,16 @@ def test_dynamic_export_that_fixes_a_size_is_caught(tmp_path):
       'x.pt'), '--out must name an .onnx file'),
     (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
       'x.onnx', '--shape', '16', '64'), '--shape must be at least 32 32'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--batch', '2'), 'A whole detector is exported for one '
+     'image at a time'),
+    (('configs/ade20k/demo_upernet_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--backbone-and-neck'), '--backbone-and-neck is for mmdet '
+     'configs'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--cfg-options', 'model.test_cfg.rcnn.nms.type=soft_nms'),
+     'this model differs: test_cfg.rcnn.nms is soft_nms. Export its '
+     'backbone and neck with --backbone-and-neck'),
 ])
 def test_bad_input_is_one_paragraph(args, message):
     proc = run_tool_here('tools/export_onnx.py', *args)

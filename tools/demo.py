@@ -1,14 +1,16 @@
 """Draw a detector's or segmentor's predictions on an image.
 
     python tools/demo.py IMAGE CONFIG CHECKPOINT --out result.jpg
-    python tools/demo.py IMAGE SEGMENTOR.onnx --out result.jpg \
+    python tools/demo.py IMAGE MODEL.onnx --out result.jpg \
         [--runtime onnxruntime|openvino]
 
 The config's ``default_scope`` picks mmdet (boxes, masks and labels) or
-mmseg (the label map blended over the image). A segmentor exported by
-tools/export_onnx.py runs on onnxruntime or OpenVINO without building the
-mm model: the file records the config's test pipeline, class names, palette
-and visualizer, and the picture is the one the PyTorch model draws.
+mmseg (the label map blended over the image). A whole segmentor or detector
+exported by tools/export_onnx.py runs on onnxruntime or OpenVINO without
+building the mm model: the file records the config's test pipeline, class
+names, palette and visualizer (and the mask threshold of a detector, whose
+masks are pasted into the image after the graph), and the picture is the
+one the PyTorch model draws.
 """
 import argparse
 import os
@@ -21,7 +23,7 @@ import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.cli import load_config, run_cli  # noqa: E402
-from xcit_dense.deploy import RUNTIMES, ExportedSegmentor  # noqa: E402
+from xcit_dense.deploy import RUNTIMES, load_exported  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
 from xcit_dense.preflight import check_checkpoint  # noqa: E402
@@ -30,8 +32,9 @@ from xcit_dense.preflight import check_checkpoint  # noqa: E402
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('image', help='image file')
-    parser.add_argument('config', help='config file, or an .onnx file of '
-                        'a segmentor exported by tools/export_onnx.py')
+    parser.add_argument('config', help='config file, or an .onnx file of a '
+                        'segmentor or detector exported by '
+                        'tools/export_onnx.py')
     parser.add_argument(
         'checkpoint', nargs='?', help='checkpoint file or http(s) URL (ours, '
         'or a published XCiT detector / segmentor); not with an .onnx file')
@@ -63,49 +66,50 @@ def main():
                         'needs none).')
     cfg = load_config(args.config, args.cfg_options)
     checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
+    model = init_model(cfg, checkpoint, args.device)
     if cfg.default_scope == 'mmdet':
         from mmdet.apis import inference_detector
-        from mmdet.registry import VISUALIZERS
-        model = init_model(cfg, checkpoint, args.device)
-        result = inference_detector(model, args.image)
-        visualizer = VISUALIZERS.build(model.cfg.visualizer)
-        visualizer.dataset_meta = model.dataset_meta
-        visualizer.add_datasample(
-            'result', image, data_sample=result, draw_gt=False,
-            pred_score_thr=args.score_thr, out_file=args.out)
-        n = int((result.pred_instances.scores >= args.score_thr).sum())
-        print(f'{n} objects with score >= {args.score_thr} drawn to '
-              f'{args.out}')
+        draw(args, image, model.cfg.visualizer, model.dataset_meta,
+             inference_detector(model, args.image), 'mmdet')
     else:
         from mmseg.apis import inference_model
-        from mmseg.registry import VISUALIZERS
-        model = init_model(cfg, checkpoint, args.device)
-        result = inference_model(model, args.image)
-        visualizer = VISUALIZERS.build(model.cfg.visualizer)
-        visualizer.dataset_meta = model.dataset_meta
-        visualizer.alpha = args.opacity
-        visualizer.add_datasample(
-            'result', image, data_sample=result, draw_gt=False,
-            out_file=args.out)
-        print(f'label map drawn to {args.out}')
+        draw(args, image, model.cfg.visualizer, model.dataset_meta,
+             inference_model(model, args.image), 'mmseg')
 
 
 def draw_exported(args, image):
-    """The label map of an exported segmentor, drawn as mmseg draws it."""
-    from mmseg.registry import VISUALIZERS
+    """The predictions of an exported segmentor or detector."""
     if not osp.isfile(args.config):
         raise UserError(f'ONNX file not found: {args.config}')
     if args.checkpoint is not None:
         raise UserError(f'{args.config} holds its weights: give no '
                         f'CHECKPOINT (got {args.checkpoint}).')
-    model = ExportedSegmentor(args.config, args.runtime)
-    result = model.predict(args.image)
-    visualizer = VISUALIZERS.build(model.visualizer_cfg)
-    visualizer.dataset_meta = model.dataset_meta
-    visualizer.alpha = args.opacity
-    visualizer.add_datasample('result', image, data_sample=result,
-                              draw_gt=False, out_file=args.out)
-    print(f'label map ({args.runtime}) drawn to {args.out}')
+    model = load_exported(args.config, args.runtime)
+    draw(args, image, model.visualizer_cfg, model.dataset_meta,
+         model.predict(args.image), model.scope, f' ({args.runtime})')
+
+
+def draw(args, image, visualizer_cfg, dataset_meta, result, scope,
+         how=''):
+    """Draw ``result`` with the scope's visualizer as its tools do: boxes
+    and masks scoring at least --score-thr, or the label map at
+    --opacity."""
+    import importlib
+    visualizers = importlib.import_module(f'{scope}.registry').VISUALIZERS
+    visualizer = visualizers.build(visualizer_cfg)
+    visualizer.dataset_meta = dataset_meta
+    if scope == 'mmdet':
+        visualizer.add_datasample(
+            'result', image, data_sample=result, draw_gt=False,
+            pred_score_thr=args.score_thr, out_file=args.out)
+        n = int((result.pred_instances.scores >= args.score_thr).sum())
+        print(f'{n} objects with score >= {args.score_thr}{how} drawn to '
+              f'{args.out}')
+    else:
+        visualizer.alpha = args.opacity
+        visualizer.add_datasample('result', image, data_sample=result,
+                                  draw_gt=False, out_file=args.out)
+        print(f'label map{how} drawn to {args.out}')
 
 
 if __name__ == '__main__':

@@ -3,23 +3,30 @@
     python tools/export_onnx.py CONFIG [CHECKPOINT] --out FILE \\
         [--shape H W] [--backbone-only] [--dynamic]
 
-What is exported (see xcit_dense/deploy/graphs.py):
+What is exported (see xcit_dense/deploy/graphs.py, detector_graph.py):
   mmseg configs   the whole segmentor: image (N, 3, H, W) pixel values as
                   LoadImageFromFile gives them (BGR, 0-255) in; seg_logits
                   (N, classes, H, W) and seg_labels (N, H, W) out, as mmseg
                   predicts them for an unpadded image;
-  mmdet configs   the backbone and neck (Mask R-CNN's FPN levels), on the
-                  normalised input of the data preprocessor; the RoI heads
-                  and NMS are not exported;
+  mmdet configs   the whole Mask R-CNN, one image: pixel values (1, 3, H, W)
+                  after the test pipeline's Resize in; boxes (K, 4), scores
+                  (K), labels (K) and mask_probs (K, 28, 28) out, with the
+                  config's test thresholds, standard ONNX operators only
+                  (NonMaxSuppression, RoiAlign, TopK); masks are pasted into
+                  the image outside the graph (xcit_dense.deploy.paste_masks,
+                  which tools/demo.py uses);
+  --backbone-and-neck  a detector's backbone and neck (the FPN levels), on
+                  the normalised input of the data preprocessor;
   --backbone-only the XCiT pyramid (4 maps, strides 4-32), normalised input.
 
 The graph is traced from the modules' straightforward computation (the same
 ``fast_path(False)`` switch the tests use). Before the file is written under
 its name, onnxruntime must reproduce PyTorch on the export size and, with
 --dynamic, on two more sizes (one odd): largest difference at most 1e-4 of
-the largest value, labels equal. --dynamic works for every graph: UperNet's
-pyramid pooling computes its cells for the actual size, Semantic FPN's
-upsampling its sizes. Without CHECKPOINT the weights are the config's
+the largest value, labels equal; a whole detector is checked against mmdet's
+own predict (detections matched by label, box IoU >= 0.99, scores within
+1e-4, mask IoU >= 0.98; unmatched ones only at score ties). --dynamic works
+for every graph. Without CHECKPOINT the weights are the config's
 initialisation (random), e.g. to measure speed.
 """
 import argparse
@@ -56,8 +63,12 @@ def parse_args():
         'the crop size or 512 512 for mmseg configs)')
     parser.add_argument('--batch', type=int, default=1,
                         help='images per call (fixed in the graph)')
-    parser.add_argument('--backbone-only', action='store_true',
-                        help='export the backbone\'s pyramid alone')
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument('--backbone-only', action='store_true',
+                       help='export the backbone\'s pyramid alone')
+    parts.add_argument('--backbone-and-neck', action='store_true',
+                       help='mmdet configs: export the backbone and neck '
+                       '(the FPN levels) instead of the whole detector')
     parser.add_argument('--dynamic', action='store_true',
                         help='free input height and width')
     parser.add_argument('--opset', type=int, default=18,
@@ -82,6 +93,17 @@ def main():
         raise UserError(f'--shape must be at least 32 32 and --batch at '
                         f'least 1, got --shape {height} {width} --batch '
                         f'{args.batch}.')
+    if args.backbone_and_neck and scope != 'mmdet':
+        raise UserError('--backbone-and-neck is for mmdet configs (a '
+                        'detector\'s FPN); this config is an mmseg one: '
+                        'export the whole segmentor, or --backbone-only.')
+    whole_detector = scope == 'mmdet' and not (args.backbone_only or
+                                               args.backbone_and_neck)
+    if whole_detector and args.batch != 1:
+        raise UserError(f'A whole detector is exported for one image at a '
+                        f'time (its number of detections varies per image); '
+                        f'got --batch {args.batch}. Run the file once per '
+                        'image, or export --backbone-and-neck for batches.')
     checkpoint = None
     if args.checkpoint is not None:
         checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
@@ -90,12 +112,19 @@ def main():
               '(random) weights')
     check_requirements()
     model = init_model(cfg, checkpoint)
-    graph = graph_for(model, scope, args.backbone_only)
+    graph = graph_for(model, scope, args.backbone_only,
+                      args.backbone_and_neck)
     rows = export_onnx(graph, args.out, args.batch, height, width,
                        dynamic=args.dynamic, opset=args.opset)
-    worst = max(r.get('max_rel_diff', 0.) for r in rows)
     sizes = ', '.join(dict.fromkeys(f'{h}x{w}' for h, w in
                                     (r['size'] for r in rows)))
+    if whole_detector:
+        found = sum(r['detections'] for r in rows)
+        matched = sum(r['matched'] for r in rows)
+        print(f'verified with onnxruntime against mmdet predict at {sizes}: '
+              f'{matched} of {found} detections matched; wrote {args.out}')
+        return
+    worst = max(r.get('max_rel_diff', 0.) for r in rows)
     print(f'verified with onnxruntime at {sizes}: largest difference '
           f'{worst:.1e} of the largest value; wrote {args.out}')
 

@@ -1,10 +1,17 @@
 """Deployment: the graphs that are exported (:mod:`.graphs`), their export
 to ONNX verified against PyTorch (:mod:`.onnx_export`), and running an
 exported file on onnxruntime or OpenVINO (:mod:`.runtimes`; a whole
-segmentor on an image: :mod:`.exported_segmentor`)."""
+segmentor or detector on an image: :mod:`.exported_models`)."""
 from ..errors import ExportError
-from .exported_segmentor import ExportedSegmentor
+from .detector_graph import DetectorGraph
+from .exported_models import (
+    ExportedDetector,
+    ExportedModel,
+    ExportedSegmentor,
+    load_exported,
+)
 from .graphs import FeatureGraph, SegmentorGraph, graph_for
+from .masks import paste_masks
 from .onnx_export import (
     check_requirements,
     export_onnx,
@@ -18,7 +25,9 @@ from .runtimes import (
     runtime_session,
 )
 
-__all__ = ['ExportError', 'ExportedSegmentor', 'FeatureGraph', 'RUNTIMES',
+__all__ = ['DetectorGraph', 'ExportError', 'ExportedDetector',
+           'ExportedModel', 'ExportedSegmentor', 'FeatureGraph', 'RUNTIMES',
            'SegmentorGraph', 'check_requirements', 'export_onnx',
-           'graph_for', 'onnxruntime_session', 'random_input',
-           'read_metadata', 'runtime_session', 'verify_onnx']
+           'graph_for', 'load_exported', 'onnxruntime_session',
+           'paste_masks', 'random_input', 'read_metadata', 'runtime_session',
+           'verify_onnx']

@@ -8,6 +8,8 @@
   values ``LoadImageFromFile`` gives, channels first), per-pixel class
   logits and labels out at the image's size, as mmseg's
   ``EncoderDecoder.predict`` computes them for an unpadded image.
+* :class:`~.detector_graph.DetectorGraph`: a whole Mask R-CNN, image in,
+  boxes, scores, labels and mask probabilities out.
 """
 import json
 from typing import Dict, Iterator, List, Tuple
@@ -87,17 +89,12 @@ class SegmentorGraph(nn.Module):
         names and palette, the config's test pipeline and visualizer, and
         how the logits become labels at the image's size (the decode head's
         ``align_corners`` and, for one output channel, ``threshold``)."""
-        cfg = getattr(self.model, 'cfg', None) or {}
         head = self.model.decode_head
-        return {
-            'xcit_dense.graph': type(self).__name__,
-            'xcit_dense.dataset_meta': _json(
-                getattr(self.model, 'dataset_meta', None) or {}),
-            'xcit_dense.test_pipeline': _json(cfg.get('test_pipeline', [])),
-            'xcit_dense.visualizer': _json(cfg.get('visualizer', {})),
-            'xcit_dense.align_corners': _json(bool(head.align_corners)),
-            'xcit_dense.threshold': _json(getattr(head, 'threshold', None)),
-        }
+        return dict(
+            model_metadata(self),
+            **{'xcit_dense.align_corners': json_text(bool(head.align_corners)),
+               'xcit_dense.threshold': json_text(getattr(head, 'threshold',
+                                                         None))})
 
     def exported_parts(self) -> Dict[str, nn.Module]:
         """The modules the graph runs: the whole segmentor."""
@@ -105,12 +102,7 @@ class SegmentorGraph(nn.Module):
 
     def forward(self, image: torch.Tensor
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
-        pre = self.model.data_preprocessor
-        x = image.float()
-        if pre.channel_conversion and x.shape[1] == 3:
-            x = x[:, [2, 1, 0]]
-        if pre._enable_normalize:
-            x = (x - pre.mean) / pre.std
+        x = normalised(self.model.data_preprocessor, image)
         H, W = x.shape[-2:]
         metas = [dict(img_shape=(H, W), ori_shape=(H, W), pad_shape=(H, W))
                  for _ in range(x.shape[0])]
@@ -123,7 +115,38 @@ class SegmentorGraph(nn.Module):
         return logits, labels
 
 
-def _json(value) -> str:
+def normalised(preprocessor: nn.Module, image: torch.Tensor
+               ) -> torch.Tensor:
+    """Pixel values as the data preprocessor passes them on: channel order
+    converted and normalised (mmseg's ``SegDataPreprocessor`` names its
+    switch ``channel_conversion``, mmengine's ``ImgDataPreprocessor``, which
+    mmdet's extends, ``_channel_conversion``)."""
+    x = image.float()
+    convert = getattr(preprocessor, 'channel_conversion', None)
+    if convert is None:
+        convert = preprocessor._channel_conversion
+    if convert and x.shape[1] == 3:
+        x = x[:, [2, 1, 0]]
+    if preprocessor._enable_normalize:
+        x = (x - preprocessor.mean) / preprocessor.std
+    return x
+
+
+def model_metadata(graph: nn.Module) -> Dict[str, str]:
+    """What a whole model's exported file records to run without the mm
+    model: the graph's class, the model's class names and palette, the
+    config's test pipeline and visualizer."""
+    cfg = getattr(graph.model, 'cfg', None) or {}
+    return {
+        'xcit_dense.graph': type(graph).__name__,
+        'xcit_dense.dataset_meta': json_text(
+            getattr(graph.model, 'dataset_meta', None) or {}),
+        'xcit_dense.test_pipeline': json_text(cfg.get('test_pipeline', [])),
+        'xcit_dense.visualizer': json_text(cfg.get('visualizer', {})),
+    }
+
+
+def json_text(value) -> str:
     """``value`` (config dicts and lists, arrays of a palette) as JSON."""
     from mmengine.config import ConfigDict
 
@@ -171,14 +194,18 @@ def input_channels(model: nn.Module) -> int:
     return 3
 
 
-def graph_for(model: nn.Module, scope: str, backbone_only: bool
-              ) -> nn.Module:
+def graph_for(model: nn.Module, scope: str, backbone_only: bool = False,
+              backbone_and_neck: bool = False) -> nn.Module:
     """The graph to export for a model built from an mmdet (``scope``
-    ``'mmdet'``) or mmseg config: the backbone (``backbone_only``), else the
-    whole segmentor, or a detector's backbone and neck (the heads' RoI
-    operators and NMS are not exported)."""
+    ``'mmdet'``) or mmseg config: the backbone (``backbone_only``), a
+    detector's backbone and neck (``backbone_and_neck``), else the whole
+    segmentor or detector."""
     if backbone_only:
         return FeatureGraph(model, with_neck=False)
+    if backbone_and_neck:
+        return FeatureGraph(model, with_neck=getattr(model, 'with_neck',
+                                                     False))
     if scope == 'mmseg':
         return SegmentorGraph(model)
-    return FeatureGraph(model, with_neck=getattr(model, 'with_neck', False))
+    from .detector_graph import DetectorGraph
+    return DetectorGraph(model)

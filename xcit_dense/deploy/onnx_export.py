@@ -19,6 +19,8 @@ from ..atomic_files import move_into_place
 from ..errors import ExportError, UserError
 from ..models.policy import fast_path
 from .adaptive_pooling import DECOMPOSITIONS
+from .detection_check import verify_detections
+from .detector_graph import DetectorGraph
 from .graphs import pools_to_cells, sizes_from_python
 from .runtimes import onnxruntime_session
 
@@ -154,12 +156,18 @@ def _first_line(error: BaseException) -> str:
 def verify_onnx(path: str, graph: nn.Module, batch: int,
                 sizes: Sequence[Tuple[int, int]], log=print) -> List[Dict]:
     """Run the ONNX file with onnxruntime and ``graph`` with PyTorch (the
-    straightforward path, what was exported) on the same input at each size;
+    straightforward path, what was exported) on the same input at each size
+    (a whole detector: against mmdet's ``predict``, see
+    :mod:`.detection_check`);
     every output must have PyTorch's shape and dtype and differ by at most
     :data:`TOLERANCE` of its largest value. Integer outputs (labels) must be
     equal except where PyTorch's two best logits are within that tolerance
     of each other. Returns one row per size and output."""
     session = onnxruntime_session(path)
+    if isinstance(graph, DetectorGraph):
+        return verify_detections(
+            session, graph, sizes, lambda height, width: example_input(
+                graph, batch, height, width, seed=height * width), log)
     names = [o.name for o in session.get_outputs()]
     rows = []
     for height, width in sizes:

@@ -1,0 +1,167 @@
+"""The whole Mask R-CNN exported to ONNX (xcit_dense/deploy/detector_graph.py):
+a tiny detector through tools/export_onnx.py --dynamic, verified against
+mmdet's predict at three sizes, standard operators only, drawn by
+tools/demo.py on both runtimes as the PyTorch model draws it; the mask
+pasting and the detection matching on their own; what is refused."""
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from xcit_dense.deploy import ExportError, paste_masks
+from xcit_dense.deploy.detection_check import compare_detections
+
+from conftest import REPO, run_tool_here
+from test_export_onnx import TINY, build
+
+MASK_RCNN = f"""
+_base_ = r'{REPO}/configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py'
+model = dict(
+    backbone=dict({', '.join(f'{k}={v!r}' for k, v in TINY.items())}),
+    neck=dict(in_channels=[32] * 4, out_channels=16),
+    rpn_head=dict(in_channels=16, feat_channels=16),
+    roi_head=dict(bbox_roi_extractor=dict(out_channels=16),
+                  bbox_head=dict(in_channels=16, fc_out_channels=32),
+                  mask_roi_extractor=dict(out_channels=16),
+                  mask_head=dict(in_channels=16, conv_out_channels=16)))
+"""
+
+
+def detector_checkpoint(tmp_path):
+    """A tiny Mask R-CNN whose classifiers are sharpened (an initialised
+    one scores every class about 1/4, below the 0.05 threshold after NMS
+    rarely, and ties everywhere): a few confident, distinct detections."""
+    config, model = build(MASK_RCNN, tmp_path, 'mask_rcnn')
+    with torch.no_grad():
+        model.roi_head.bbox_head.fc_cls.weight.mul_(4)
+        model.rpn_head.rpn_cls.weight.mul_(5)
+    checkpoint = tmp_path / 'mask_rcnn.pth'
+    torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
+    return config, checkpoint, model
+
+
+def test_mask_rcnn_export_predicts_what_mmdet_predicts(tmp_path):
+    config, checkpoint, model = detector_checkpoint(tmp_path)
+    out = tmp_path / 'mask_rcnn.onnx'
+    proc = run_tool_here('tools/export_onnx.py', config, checkpoint, '--out',
+                         out, '--shape', 96, 128, '--dynamic')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ('verified with onnxruntime against mmdet predict at 96x128, '
+            '73x97, 32x64: 60 of 60 detections matched') in proc.stdout
+    file = onnx.load(str(out))
+    assert [o.name for o in file.graph.output] == [
+        'boxes', 'scores', 'labels', 'mask_probs']
+    ops = {(n.domain, n.op_type) for n in file.graph.node}
+    assert {d for d, _ in ops} == {''}  # the standard operator set only
+    assert {('', 'NonMaxSuppression'), ('', 'RoiAlign'),
+            ('', 'TopK')} <= ops
+
+    # drawn from the file on both runtimes as the PyTorch model draws it
+    import cv2
+    from mmdet.apis import inference_detector
+
+    from xcit_dense.deploy import load_exported
+    image = tmp_path / 'image.png'
+    cv2.imwrite(str(image), np.random.default_rng(2).integers(
+        0, 256, (100, 141, 3), dtype=np.uint8))  # resized to 91x128
+    with torch.no_grad():
+        ref = inference_detector(model, str(image)).pred_instances
+    drawn = {}
+    for name, args in [('torch', (config, checkpoint)),
+                       ('onnxruntime', (out, )),
+                       ('openvino', (out, '--runtime', 'openvino'))]:
+        if name != 'torch':
+            runtime = load_exported(str(out), name)
+            got = runtime.predict(str(image)).pred_instances
+            assert torch.equal(got.labels, ref.labels)
+            torch.testing.assert_close(got.scores, ref.scores, rtol=1e-4,
+                                       atol=1e-6)
+            torch.testing.assert_close(got.bboxes, ref.bboxes, rtol=0,
+                                       atol=1e-3)
+            assert torch.equal(got.masks, ref.masks)
+        proc = run_tool_here('tools/demo.py', image, *args, '--out',
+                             tmp_path / f'{name}.png', '--score-thr', 0.2)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        drawn[name] = cv2.imread(str(tmp_path / f'{name}.png')).astype(int)
+    assert f'{len(ref.scores)} objects with score >= 0.2 (openvino)' \
+        in proc.stdout
+    for name in ('onnxruntime', 'openvino'):
+        # the same boxes, masks and labels; box edges drawn from coordinates
+        # 1e-4 px apart antialias a few pixels differently
+        assert (drawn[name] != drawn['torch']).mean() < 0.01
+
+
+def test_backbone_and_neck_of_a_detector(tmp_path):
+    config = tmp_path / 'mask_rcnn.py'
+    config.write_text(MASK_RCNN)
+    out = tmp_path / 'feats.onnx'
+    proc = run_tool_here('tools/export_onnx.py', config, '--out', out,
+                         '--shape', 64, 96, '--backbone-and-neck')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [o.name for o in onnx.load(str(out)).graph.output] == [
+        f'feat{i}' for i in range(5)]
+
+
+def test_pasted_masks_are_mmdets():
+    from mmdet.models.roi_heads.mask_heads.fcn_mask_head import (
+        _do_paste_mask,
+    )
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.rand(6, 28, 28, generator=gen)
+    corners = torch.rand(6, 2, generator=gen) * torch.tensor([60., 40.])
+    sizes = torch.rand(6, 2, generator=gen) * 50
+    boxes = torch.cat([corners, corners + sizes], dim=1)
+    boxes[0, 2] = boxes[0, 0]  # no width
+    boxes[1] = torch.tensor([-5., -3., 90., 70.])  # beyond the image
+    masks = paste_masks(probs, boxes, 48, 72, threshold=0.5)
+    for i in range(6):
+        pasted, where = _do_paste_mask(probs[i][None, None], boxes[i:i + 1],
+                                       48, 72, skip_empty=True)
+        expected = torch.zeros(48, 72, dtype=torch.bool)
+        expected[where] = pasted[0] >= 0.5
+        assert torch.equal(masks[i], expected), i
+    assert masks[2:].any()
+
+
+def detections(boxes, scores, labels, size=(40, 60)):
+    boxes = torch.tensor(boxes, dtype=torch.float32)
+    probs = torch.ones(len(boxes), 28, 28)
+    masks = paste_masks(probs, boxes, *size)
+    return ([boxes.numpy(), np.array(scores, np.float32),
+             np.array(labels, np.int64), probs.numpy()],
+            dict(boxes=boxes, scores=torch.tensor(scores),
+                 labels=torch.tensor(labels), masks=masks))
+
+
+def test_detections_are_matched_and_only_ties_excused():
+    outputs, ref = detections([[1, 1, 20, 20], [30, 5, 50, 30]], [0.9, 0.6],
+                              [0, 1])
+    row = compare_detections(outputs, ref, (40, 60), 0.05, 100, 0.5)
+    assert (row['matched'], row['ties'], row['min_mask_iou']) == (2, 0, 1.0)
+    # a detection missing from the export, not at a tie
+    missing = [o[:1] for o in outputs]
+    with pytest.raises(ExportError, match='PyTorch finds an object the '
+                       'other does not.*label 1, score 0.600000'):
+        compare_detections(missing, ref, (40, 60), 0.05, 100, 0.5)
+    # ... at the score threshold, or tying with another of its label
+    _, at_thr = detections([[1, 1, 20, 20], [30, 5, 50, 30]], [0.9, 0.05],
+                           [0, 1])
+    assert compare_detections(missing, at_thr, (40, 60), 0.05, 100,
+                              0.5)['ties'] == 1
+    _, tied = detections([[1, 1, 20, 20], [30, 5, 50, 30]], [0.6, 0.6],
+                         [1, 1])
+    tied_out = [o[:1] for o in detections([[1, 1, 20, 20]], [0.6], [1])[0]]
+    assert compare_detections(tied_out, tied, (40, 60), 0.05, 100,
+                              0.5)['ties'] == 1
+    # a box moved, a label changed, a mask emptied
+    for change in ('box', 'label', 'mask'):
+        bad = [o.copy() for o in outputs]
+        if change == 'box':
+            bad[0][1] += 3
+        elif change == 'label':
+            bad[2][1] = 2
+        else:
+            bad[3][0] = 0
+        message = 'mask overlaps' if change == 'mask' else 'finds an object'
+        with pytest.raises(ExportError, match=message):
+            compare_detections(bad, ref, (40, 60), 0.05, 100, 0.5)

@@ -1,0 +1,160 @@
+"""Check an exported detector against mmdet's own ``predict``.
+
+Detections are matched one to one (same label, box IoU at least
+:data:`BOX_IOU`, score within :data:`SCORE_RTOL`), and each matched pair's
+masks, pasted at the image's size, must overlap by :data:`MASK_IOU`. A
+detection without a partner is allowed only where PyTorch's own choice was
+a tie: its score equals (within :data:`SCORE_RTOL`) the score threshold, the
+last score kept under ``max_per_img``, or the score of another detection of
+its label.
+"""
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import torch
+from torchvision.ops import box_iou
+
+from ..errors import ExportError
+from ..models.policy import fast_path
+from .masks import paste_masks
+
+BOX_IOU = 0.99
+SCORE_RTOL = 1e-4
+MASK_IOU = 0.98
+
+
+def mmdet_predict(detector: torch.nn.Module, image: torch.Tensor) -> Dict:
+    """mmdet's ``test_step`` on one image ``(1, 3, H, W)`` of pixel values,
+    taken as the test pipeline's output (no further resizing): boxes,
+    scores, labels and masks as tensors."""
+    from mmdet.structures import DetDataSample
+    height, width = image.shape[-2:]
+    sample = DetDataSample(metainfo=dict(
+        img_shape=(height, width), ori_shape=(height, width),
+        scale_factor=(1., 1.)))
+    with fast_path(False), torch.no_grad():
+        result = detector.test_step(dict(
+            inputs=[image[0].round().clamp(0, 255).to(torch.uint8)],
+            data_samples=[sample]))[0].pred_instances
+    return dict(boxes=result.bboxes, scores=result.scores,
+                labels=result.labels, masks=result.masks)
+
+
+def compare_detections(outputs: Sequence[np.ndarray], reference: Dict,
+                       size: Tuple[int, int], score_thr: float,
+                       max_per_img: int, mask_thr: float) -> Dict:
+    """One row of the check: how many detections each side has, how many
+    matched, how many went unmatched at a tie, and the worst box IoU, score
+    difference and mask IoU among the matches. Raises :class:`ExportError`
+    for an unmatched detection that is not at a tie, or a matched pair whose
+    masks differ."""
+    boxes, scores, labels, probs = (torch.from_numpy(np.asarray(o))
+                                    for o in outputs)
+    ref_boxes, ref_scores, ref_labels = (reference['boxes'],
+                                         reference['scores'],
+                                         reference['labels'])
+    iou = box_iou(ref_boxes, boxes) if len(boxes) and len(ref_boxes) else \
+        torch.zeros(len(ref_boxes), len(boxes))
+    close = ((ref_scores[:, None] - scores[None, :]).abs()
+             <= SCORE_RTOL * ref_scores.abs()[:, None].clamp(min=1e-12))
+    candidates = (iou >= BOX_IOU) & close & \
+        (ref_labels[:, None] == labels[None, :])
+    pairs, taken = [], set()
+    for i in range(len(ref_boxes)):  # best reference score first
+        for j in candidates[i].nonzero().flatten().tolist():
+            if j not in taken:
+                pairs.append((i, j))
+                taken.add(j)
+                break
+    matched_ref = {i for i, _ in pairs}
+    unmatched = ([('PyTorch', i) for i in range(len(ref_boxes))
+                  if i not in matched_ref] +
+                 [('onnxruntime', j) for j in range(len(boxes))
+                  if j not in taken])
+    row = dict(size=tuple(size), detections=len(ref_boxes),
+               exported=len(boxes), matched=len(pairs), ties=0,
+               min_box_iou=1.0, max_score_rel_diff=0.0, min_mask_iou=1.0)
+    for side, k in unmatched:
+        score, label = ((ref_scores[k], ref_labels[k]) if side == 'PyTorch'
+                        else (scores[k], labels[k]))
+        if not _at_a_tie(float(score), int(label), ref_scores, ref_labels,
+                         score_thr, max_per_img, exclude=(
+                             k if side == 'PyTorch' else None)):
+            box = (ref_boxes if side == 'PyTorch' else boxes)[k].tolist()
+            raise ExportError(
+                f'The exported detector is wrong: at {size[0]}x{size[1]} '
+                f'{side} finds an object the other does not (label {label}, '
+                f'score {float(score):.6f}, box '
+                f'{[round(v, 1) for v in box]}), and its score ties with '
+                'nothing that would explain it.')
+        row['ties'] += 1
+    if pairs:
+        ri, oi = (torch.tensor(v) for v in zip(*pairs))
+        row['min_box_iou'] = float(iou[ri, oi].min())
+        row['max_score_rel_diff'] = float(
+            ((ref_scores[ri] - scores[oi]).abs() /
+             ref_scores[ri].abs().clamp(min=1e-12)).max())
+        masks = paste_masks(probs[oi], boxes[oi], *size, mask_thr)
+        row['min_mask_iou'] = min(
+            _mask_iou(a, b) for a, b in zip(reference['masks'][ri], masks))
+        if row['min_mask_iou'] < MASK_IOU:
+            raise ExportError(
+                f'The exported detector is wrong: at {size[0]}x{size[1]} a '
+                f'mask overlaps PyTorch\'s by IoU {row["min_mask_iou"]:.3f}; '
+                f'at least {MASK_IOU} is required.')
+    return row
+
+
+def _at_a_tie(score: float, label: int, ref_scores: torch.Tensor,
+              ref_labels: torch.Tensor, score_thr: float, max_per_img: int,
+              exclude) -> bool:
+    def ties(other: float) -> bool:
+        return abs(score - other) <= SCORE_RTOL * max(abs(score), 1e-12)
+    if ties(score_thr):
+        return True
+    if len(ref_scores) >= max_per_img and ties(float(ref_scores[-1])):
+        return True
+    same = [float(s) for k, (s, lab) in enumerate(zip(ref_scores, ref_labels))
+            if int(lab) == label and k != exclude]
+    return any(ties(s) for s in same)
+
+
+def _mask_iou(a: torch.Tensor, b: torch.Tensor) -> float:
+    union = int((a | b).sum())
+    return 1.0 if union == 0 else int((a & b).sum()) / union
+
+
+def describe(row: Dict) -> str:
+    """The log line of a row."""
+    text = (f'{row["matched"]} of {row["detections"]} detections matched')
+    if row['ties']:
+        text += f', {row["ties"]} unmatched at score ties'
+    if row['matched']:
+        text += (f'; box IoU >= {row["min_box_iou"]:.4f}, scores within '
+                 f'{row["max_score_rel_diff"]:.1e}, mask IoU >= '
+                 f'{row["min_mask_iou"]:.3f}')
+    return text
+
+
+def verify_detections(session, graph, sizes: Sequence[Tuple[int, int]],
+                      make_input, log=print) -> List[Dict]:
+    """Run the exported detector (an onnxruntime ``session``) and mmdet's
+    ``predict`` on the same image at each size; one row per size (see
+    :func:`compare_detections`)."""
+    roi_cfg = graph.model.roi_head.test_cfg
+    name = session.get_inputs()[0].name
+    rows = []
+    for height, width in sizes:
+        image = make_input(height, width)
+        reference = mmdet_predict(graph.model, image)
+        outputs = session.run(None, {name: image.numpy()})
+        row = compare_detections(outputs, reference, (height, width),
+                                 roi_cfg.score_thr, roi_cfg.max_per_img,
+                                 roi_cfg.mask_thr_binary)
+        rows.append(row)
+        log(f'  onnxruntime vs mmdet predict at {height}x{width}: '
+            + describe(row))
+    if not any(r['detections'] for r in rows):
+        log('  (mmdet predicts no object on these check images: only the '
+            'empty result was compared)')
+    return rows

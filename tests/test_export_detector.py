@@ -27,11 +27,16 @@ model = dict(
 """
 
 
-def detector_checkpoint(tmp_path):
-    """A tiny Mask R-CNN whose classifiers are sharpened (an initialised
-    one scores every class about 1/4, below the 0.05 threshold after NMS
-    rarely, and ties everywhere): a few confident, distinct detections."""
-    config, model = build(MASK_RCNN, tmp_path, 'mask_rcnn')
+def detector_checkpoint(tmp_path, data_root):
+    """A tiny Mask R-CNN on the tiny COCO data whose classifiers are
+    sharpened (an initialised one scores every class about 1/4 and ties
+    everywhere): a few confident, distinct detections."""
+    config, model = build(MASK_RCNN + f"""
+data_root = '{data_root}/'
+test_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                       dataset=dict(data_root=data_root))
+test_evaluator = dict(ann_file=data_root + 'annotations/val.json')
+""", tmp_path, 'mask_rcnn')
     with torch.no_grad():
         model.roi_head.bbox_head.fc_cls.weight.mul_(4)
         model.rpn_head.rpn_cls.weight.mul_(5)
@@ -40,8 +45,9 @@ def detector_checkpoint(tmp_path):
     return config, checkpoint, model
 
 
-def test_mask_rcnn_export_predicts_what_mmdet_predicts(tmp_path):
-    config, checkpoint, model = detector_checkpoint(tmp_path)
+def test_mask_rcnn_export_predicts_what_mmdet_predicts(tmp_path, tiny_coco,
+                                                       monkeypatch):
+    config, checkpoint, model = detector_checkpoint(tmp_path, tiny_coco)
     out = tmp_path / 'mask_rcnn.onnx'
     proc = run_tool_here('tools/export_onnx.py', config, checkpoint, '--out',
                          out, '--shape', 96, 128, '--dynamic')
@@ -89,6 +95,56 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(tmp_path):
         # the same boxes, masks and labels; box edges drawn from coordinates
         # 1e-4 px apart antialias a few pixels differently
         assert (drawn[name] != drawn['torch']).mean() < 0.01
+
+    # tools/test.py evaluates the file on the config's dataset as it
+    # evaluates the checkpoint: the same predictions for every image
+    import pickle
+    predictions = {}
+    for name, model_file in [('torch', checkpoint), ('onnx', out)]:
+        proc = run_tool_here('tools/test.py', config, model_file,
+                             '--work-dir', tmp_path / name, '--out',
+                             tmp_path / f'{name}.pkl')
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert 'coco/segm_mAP' in proc.stdout + proc.stderr
+        with open(tmp_path / f'{name}.pkl', 'rb') as f:
+            predictions[name] = pickle.load(f)
+    assert len(predictions['onnx']) == len(predictions['torch']) == 4
+    for got, ref in zip(predictions['onnx'], predictions['torch']):
+        got, ref = got['pred_instances'], ref['pred_instances']
+        assert len(ref['labels']) > 0
+        assert torch.equal(got['labels'], ref['labels'])
+        torch.testing.assert_close(got['bboxes'], ref['bboxes'], rtol=0,
+                                   atol=1e-3)
+
+    # INT8: calibrated, kept within its budget against the fp32 file, XCA's
+    # products of two activations left in floating point
+    from mmengine.config import Config
+
+    from xcit_dense.deploy import quantization
+    from xcit_dense.deploy.runtimes import read_metadata
+    images = quantization.dataset_images(Config.fromfile(str(config)), 4)
+    assert [im.shape for im in images] == [(1, 3, 128, 128)] * 4
+    int8 = tmp_path / 'mask_rcnn.int8.onnx'
+    with monkeypatch.context() as patch:
+        patch.setattr(quantization, 'DETECTION_RECALL', 1.01)  # unreachable
+        with pytest.raises(ExportError, match='outside its accuracy budget'):
+            quantization.export_int8(str(out), str(int8), 'DetectorGraph',
+                                     images[:2], images[2:], log=print)
+        assert not int8.exists()
+        patch.setattr(quantization, 'DETECTION_RECALL', 0.0)
+        row = quantization.export_int8(str(out), str(int8), 'DetectorGraph',
+                                       images[:2], images[2:], log=print)
+    assert row['compared'] > 0 and 0 <= row['agreement'] <= 1
+    quantized = onnx.load(str(int8))
+    types = [n.op_type for n in quantized.graph.node]
+    assert 'QuantizeLinear' in types and 'DequantizeLinear' in types
+    assert len(row['float_nodes']) == 2 * TINY['depth']  # q k^T, attn v
+    produced_by = {o: n for n in quantized.graph.node for o in n.output}
+    for node in quantized.graph.node:
+        if node.name in row['float_nodes']:
+            assert all(produced_by[i].op_type != 'DequantizeLinear'
+                       for i in node.input)
+    assert read_metadata(str(int8)) == read_metadata(str(out))
 
 
 def test_backbone_and_neck_of_a_detector(tmp_path):

@@ -1,6 +1,7 @@
 """ONNX export (tools/export_onnx.py, xcit_dense.deploy): verified exports of
 a tiny backbone, a tiny UperNet and a tiny Semantic FPN, parity with the
 models as mmseg and the fast path run them, and what fails."""
+import re
 import warnings
 
 import numpy as np
@@ -147,19 +148,34 @@ def test_an_export_that_differs_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_upernet_export_predicts_what_mmseg_predicts(tmp_path):
+def test_upernet_export_predicts_what_mmseg_predicts(tmp_path, tiny_ade20k):
     """The CLI with a checkpoint and --dynamic: strict loading, verification
     at three sizes (the pyramid pooling's cells computed for each), and
     labels equal to mmseg's own prediction (data preprocessor, whole
-    inference) for real images at the export size and an odd one."""
-    config, model = build(UPERNET, tmp_path, 'upernet')
+    inference) for real images at the export size and an odd one; its INT8
+    file calibrated on the config's dataset and evaluated by
+    tools/test.py."""
+    config, model = build(UPERNET + f"""
+data_root = '{tiny_ade20k}/'
+test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
+                       dataset=dict(data_root=data_root))
+""", tmp_path, 'upernet')
     checkpoint = tmp_path / 'upernet.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
     out = tmp_path / 'upernet.onnx'
     proc = run_tool_here('tools/export_onnx.py', config, checkpoint, '--out',
-                         out, '--shape', 64, 96, '--dynamic')
+                         out, '--shape', 64, 96, '--dynamic', '--int8',
+                         '--calib', 2)
     assert proc.returncode == 0, proc.stderr
     assert 'verified with onnxruntime at 64x96, 49x73, 32x32' in proc.stdout
+    assert re.search(r'INT8 vs fp32 on 2 other images: (9[5-9]|100)\.\d% of '
+                     r'\d+ pixels labelled as by the fp32 file', proc.stdout)
+    int8 = tmp_path / 'upernet.int8.onnx'
+    assert f'wrote {int8}' in proc.stdout
+    proc = run_tool_here('tools/test.py', config, int8, '--work-dir',
+                         tmp_path / 'test_int8')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'mIoU' in proc.stdout + proc.stderr
 
     from mmseg.structures import SegDataSample
     session = onnxruntime_session(str(out))
@@ -306,6 +322,11 @@ def test_dynamic_export_that_fixes_a_size_is_caught(tmp_path):
     (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
       'x.onnx', '--batch', '2'), 'A whole detector is exported for one '
      'image at a time'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--int8', '--backbone-only'), '--int8 quantizes a whole '
+     'segmentor or detector'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--int8', '--calib', '0'), '--calib must be at least 1'),
     (('configs/ade20k/demo_upernet_xcit_nano_synthetic.py', '--out',
       'x.onnx', '--backbone-and-neck'), '--backbone-and-neck is for mmdet '
      'configs'),

@@ -39,11 +39,13 @@ from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.cli import load_config, run_cli  # noqa: E402
 from xcit_dense.deploy import check_requirements, export_onnx, graph_for  # noqa: E402
+from xcit_dense.deploy.quantization import dataset_images, export_int8  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
-from xcit_dense.preflight import check_checkpoint  # noqa: E402
+from xcit_dense.preflight import check_checkpoint, check_datasets  # noqa: E402
 
 DEFAULT_SHAPE = {'mmdet': (800, 1344), 'mmseg': (512, 512)}
+INT8_CHECK_IMAGES = 8
 
 
 def parse_args():
@@ -71,6 +73,13 @@ def parse_args():
                        '(the FPN levels) instead of the whole detector')
     parser.add_argument('--dynamic', action='store_true',
                         help='free input height and width')
+    parser.add_argument(
+        '--int8', action='store_true',
+        help='also write FILE.int8.onnx: the whole model quantized to INT8 '
+        '(static, calibrated on --calib images of the config\'s test '
+        'dataset, checked against the fp32 file on 8 more)')
+    parser.add_argument('--calib', type=int, default=32,
+                        help='calibration images for --int8')
     parser.add_argument('--opset', type=int, default=18,
                         help='ONNX opset version')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -104,6 +113,15 @@ def main():
                         f'time (its number of detections varies per image); '
                         f'got --batch {args.batch}. Run the file once per '
                         'image, or export --backbone-and-neck for batches.')
+    if args.int8:
+        if args.backbone_only or args.backbone_and_neck:
+            raise UserError('--int8 quantizes a whole segmentor or detector '
+                            '(calibrated and checked on its predictions); '
+                            'leave out --backbone-only / --backbone-and-neck.')
+        if args.calib < 1:
+            raise UserError(f'--calib must be at least 1, got {args.calib}.')
+        check_datasets(cfg, ('test', ))
+        images = int8_images(cfg, args.calib, (height, width), args.dynamic)
     checkpoint = None
     if args.checkpoint is not None:
         checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
@@ -123,10 +141,34 @@ def main():
         matched = sum(r['matched'] for r in rows)
         print(f'verified with onnxruntime against mmdet predict at {sizes}: '
               f'{matched} of {found} detections matched; wrote {args.out}')
-        return
-    worst = max(r.get('max_rel_diff', 0.) for r in rows)
-    print(f'verified with onnxruntime at {sizes}: largest difference '
-          f'{worst:.1e} of the largest value; wrote {args.out}')
+    else:
+        worst = max(r.get('max_rel_diff', 0.) for r in rows)
+        print(f'verified with onnxruntime at {sizes}: largest difference '
+              f'{worst:.1e} of the largest value; wrote {args.out}')
+    if args.int8:  # next to the fp32 file, which it is checked against
+        int8_path = args.out[:-len('.onnx')] + '.int8.onnx'
+        export_int8(args.out, int8_path, type(graph).__name__,
+                    images[:args.calib], images[args.calib:])
+        print(f'wrote {int8_path}')
+
+
+def int8_images(cfg, calib: int, size, dynamic: bool):
+    """The first ``calib`` images of the test dataset (as its pipeline
+    gives them) to calibrate on and up to 8 more to check the INT8 model
+    on."""
+    images = dataset_images(cfg, calib + INT8_CHECK_IMAGES)
+    if len(images) <= calib:
+        raise UserError(
+            f'The test dataset has {len(images)} images: --calib {calib} '
+            'must leave at least one to check the INT8 model on.')
+    other = {im.shape[-2:] for im in images} - {tuple(size)}
+    if other and not dynamic:
+        raise UserError(
+            f'The test pipeline gives images of {sorted(other)[0]} and the '
+            f'export is fixed at {size[0]}x{size[1]}: export with --dynamic '
+            'to quantize (the calibration runs the file on the dataset\'s '
+            'images), or give --shape the images\' size.')
+    return images
 
 
 if __name__ == '__main__':

@@ -5,6 +5,10 @@ One script for both toolkits: the config's ``default_scope`` (``mmdet`` or
 ``tools/test.py``: for detection ``--out`` is a ``.pkl`` file of the raw
 predictions; for segmentation it is a directory of predicted label maps
 (PNG). ``--show-dir`` draws the predictions on the images.
+
+CHECKPOINT may also be an ``.onnx`` file of the whole segmentor or detector
+written by tools/export_onnx.py (fp32 or INT8): it is evaluated the same
+way, run by onnxruntime or OpenVINO (``--runtime``) on each test image.
 """
 import argparse
 import os.path as osp
@@ -17,6 +21,7 @@ from xcit_dense.cli import (  # noqa: E402
     config_from_args,
     run_cli,
 )
+from xcit_dense.deploy.runtimes import RUNTIMES  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.preflight import check_checkpoint, check_inputs  # noqa: E402
 from xcit_dense.runner import build_runner, finish_distributed  # noqa: E402
@@ -34,6 +39,9 @@ def parse_args():
     parser.add_argument(
         '--show-dir', help='directory (inside the work dir) where images '
         'with the predictions drawn are saved')
+    parser.add_argument(
+        '--runtime', choices=RUNTIMES, default='onnxruntime',
+        help='the runtime of an .onnx CHECKPOINT')
     add_run_arguments(parser)
     return parser.parse_args()
 
@@ -52,11 +60,30 @@ def enable_visualization(cfg, show_dir):
         cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, show_dir)
 
 
+def use_exported_model(cfg, args):
+    """Test the exported file instead of the config's model: the file holds
+    the network and the data preprocessor, the config gives the dataset,
+    the metrics and the tools' settings."""
+    from xcit_dense.deploy import RuntimeModel  # noqa: F401 (registers it)
+    if not osp.isfile(args.checkpoint):
+        raise UserError(f'ONNX file not found: {args.checkpoint}')
+    if str(cfg.model.get('type', '')).endswith('TTAModel'):
+        raise UserError('Test-time augmentation runs the PyTorch model; '
+                        'give a checkpoint, not an .onnx file, with a TTA '
+                        'config.')
+    cfg.model = dict(type='xcit_dense.RuntimeModel',
+                     file=osp.abspath(args.checkpoint), runtime=args.runtime)
+
+
 def main():
     args = parse_args()
     cfg = config_from_args(args)
+    exported = args.checkpoint.endswith('.onnx')
+    if exported:
+        use_exported_model(cfg, args)
     # a URL is downloaded once into torch's hub cache, as mmdet does
-    checkpoint = check_checkpoint(args.checkpoint, 'checkpoint to test')
+    checkpoint = None if exported else check_checkpoint(
+        args.checkpoint, 'checkpoint to test')
     check_inputs(cfg, training=False)
     # The trained weights are loaded whole and strictly (below); no
     # pretrained import needed.
@@ -82,6 +109,9 @@ def main():
             cfg.test_evaluator['keep_results'] = True
 
     runner = build_runner(cfg)
+    if exported:
+        runner.test()
+        return
     # A test-time-augmentation model holds the trained one as `module`.
     # A published (mmdet 2 / mmseg 0) checkpoint is converted on loading by
     # xcit_dense.CheckpointImportHook, which build_runner adds.

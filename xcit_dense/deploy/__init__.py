@@ -18,6 +18,7 @@ from .onnx_export import (
     random_input,
     verify_onnx,
 )
+from .runtime_model import RuntimeModel
 from .runtimes import (
     RUNTIMES,
     onnxruntime_session,
@@ -27,6 +28,7 @@ from .runtimes import (
 
 __all__ = ['DetectorGraph', 'ExportError', 'ExportedDetector',
            'ExportedModel', 'ExportedSegmentor', 'FeatureGraph', 'RUNTIMES',
+           'RuntimeModel',
            'SegmentorGraph', 'check_requirements', 'export_onnx',
            'graph_for', 'load_exported', 'onnxruntime_session',
            'paste_masks', 'random_input', 'read_metadata', 'runtime_session',

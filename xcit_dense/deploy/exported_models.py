@@ -54,9 +54,14 @@ class ExportedModel:
     def predict(self, image_path: str):
         """The image's data sample, predictions at its original size."""
         data = self.pipeline(dict(img_path=image_path))
-        outputs = self.run(data['inputs'][None].float().numpy())
-        return self.postprocess(
-            [torch.from_numpy(o) for o in outputs], data['data_samples'])
+        return self.infer(data['inputs'], data['data_samples'])
+
+    def infer(self, image: torch.Tensor, sample):
+        """Predictions for one image as the test pipeline gives it
+        (``(3, H, W)`` pixel values) added to its data sample."""
+        outputs = self.run(image[None].float().numpy())
+        return self.postprocess([torch.from_numpy(o) for o in outputs],
+                                sample)
 
 
 class ExportedSegmentor(ExportedModel):

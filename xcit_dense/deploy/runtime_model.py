@@ -1,0 +1,33 @@
+"""An exported file as the model of mmengine's test loop, so that
+``tools/test.py CONFIG FILE.onnx`` evaluates it with the config's dataset
+and metrics as it evaluates a checkpoint."""
+from mmengine.model import BaseModel
+
+from ..registry import MODELS
+from .exported_models import load_exported
+
+
+@MODELS.register_module()
+class RuntimeModel(BaseModel):
+    """An exported whole segmentor or detector (``file``) run on
+    ``runtime`` (``'onnxruntime'`` or ``'openvino'``) for each image of a
+    test batch; the batch arrives as the test pipeline packs it (pixel
+    values, not preprocessed: the file holds the data preprocessor) and
+    leaves as the data samples mmseg's / mmdet's metrics read. The
+    config's ``data_preprocessor``, which mmengine's Runner passes to every
+    model, is not used: the file holds its own."""
+
+    def __init__(self, file: str, runtime: str = 'onnxruntime',
+                 threads=None, data_preprocessor=None):
+        super().__init__()
+        self.exported = load_exported(file, runtime, threads)
+
+    def test_step(self, data):
+        return [self.exported.infer(image, sample) for image, sample in
+                zip(data['inputs'], data['data_samples'])]
+
+    val_step = test_step
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(
+            'RuntimeModel runs exported files in test_step only.')

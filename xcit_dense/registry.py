@@ -23,7 +23,7 @@ LOOPS = Registry(
     locations=['xcit_dense.training'])
 HOOKS = Registry(
     'hook', parent=MMENGINE_HOOKS, scope='xcit_dense',
-    locations=['xcit_dense.hooks'])
+    locations=['xcit_dense.hooks', 'xcit_dense.precision'])
 MODELS = Registry(
     'model', parent=MMENGINE_MODELS, scope='xcit_dense',
     locations=['xcit_dense.models'])

@@ -51,7 +51,38 @@ def build_detector(base: str, variants: set):
     cfg.model.test_cfg.rcnn.score_thr = 0.0  # 100 detections per image
     if 'reference' in variants:
         cfg.model.backbone.update(fast_path=False, compile_cfg=None)
-    return MODELS.build(cfg.model)
+    model = MODELS.build(cfg.model)
+    if 'bf16' in variants:  # the networks in bf16, all between them fp32
+        import torch
+
+        from ..precision import DETECTOR_PARTS, autocast_part
+        for name in DETECTOR_PARTS:
+            autocast_part(model.get_submodule(name), torch.bfloat16)
+    return model
+
+
+def sharpen_classifiers(detector):
+    """Random weights score every class of every RoI alike, below the
+    score threshold; multiplying the RPN's and the box head's classifier
+    weights spreads the scores, so that an exported detector is checked on,
+    and runs through, confident detections (100 per image at 800x1344)."""
+    import torch
+    with torch.no_grad():
+        detector.roi_head.bbox_head.fc_cls.weight.mul_(4)
+        detector.rpn_head.rpn_cls.weight.mul_(5)
+    return detector
+
+
+def build_detector_graph(base: str):
+    """The whole detector as exported (image in, detections out), random
+    weights (seeded by the caller), classifiers sharpened."""
+    from mmengine.config import Config
+
+    from ..deploy import DetectorGraph
+    from ..inference import init_model
+    cfg = Config.fromfile(config_path(DETECTORS[base]))
+    cfg.model.backbone.init_cfg = None  # random weights, no download
+    return DetectorGraph(sharpen_classifiers(init_model(cfg, None)))
 
 
 def build_segmentor(base: str, variants: set, device: str):
@@ -95,6 +126,8 @@ def build_exportable(base: str):
     torch.manual_seed(0)
     if base in SEGMENTORS:
         return build_segmentor_graph(base, {'reference'})
+    if base in DETECTORS:
+        return build_detector_graph(base)
     from ..deploy import FeatureGraph
     holder = torch.nn.Module()
     holder.backbone = build_backbone(base, {'reference'}, 'cpu').eval()
@@ -126,6 +159,7 @@ def segmentation_batch(model, batch: int, h: int, w: int):
 
 def example_input(base: str, batch: int, size):
     """The input of a runtime / segmentor measurement: the first one the
-    export verification uses (pixel values for segmentors)."""
+    export verification uses (pixel values for whole models)."""
     from ..deploy import random_input
-    return random_input(batch, 3, *size, images=base in SEGMENTORS)
+    return random_input(batch, 3, *size,
+                        images=base in SEGMENTORS or base in DETECTORS)

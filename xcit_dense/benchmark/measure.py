@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 import torch
 
+from ..deploy import random_input
 from ..deploy.runtimes import runtime_session
 from .builders import (
     build_backbone,
@@ -38,17 +39,35 @@ class Subject(NamedTuple):
 
 
 def onnx_file(out_dir: str, model: str, size) -> str:
-    """Where the ONNX export of ``model`` at ``size`` is written."""
-    return osp.join(out_dir, 'onnx',
-                    f'{model.partition("@")[0]}_{size[0]}x{size[1]}.onnx')
+    """Where the ONNX export of ``model`` at ``size`` is written (its INT8
+    model with ``_int8`` before the suffix)."""
+    base, variants = parse_model(model)
+    int8 = '_int8' if 'int8' in variants else ''
+    return osp.join(out_dir, 'onnx', f'{base}_{size[0]}x{size[1]}{int8}.onnx')
+
+
+#: random images the speed measurement's INT8 models are calibrated on
+#: (their accuracy is not measured here; tools/export_onnx.py --int8
+#: calibrates on the dataset and checks the result)
+CALIBRATION_IMAGES = 4
 
 
 def export_row(args) -> dict:
-    """Export (and verify) the model at the size, in this process."""
+    """Export (and verify) the model at the size, in this process; for an
+    ``int8`` model, quantize the fp32 file exported before it."""
     from ..deploy import export_onnx
-    base, _ = parse_model(args.model)
+    base, variants = parse_model(args.model)
     path = onnx_file(args.out_dir, args.model, args.size)
     start = time.perf_counter()
+    if 'int8' in variants:
+        from ..deploy.quantization import quantize_int8
+        images = [random_input(args.batch, 3, *args.size, images=True,
+                               seed=i).numpy()
+                  for i in range(CALIBRATION_IMAGES)]
+        quantize_int8(onnx_file(args.out_dir, base, args.size), path,
+                      images)
+        return dict(export_s=time.perf_counter() - start, onnx_file=path,
+                    export_max_rel_diff=None)
     rows = export_onnx(build_exportable(base), path, args.batch, *args.size,
                        log=lambda _: None)
     return dict(export_s=time.perf_counter() - start, onnx_file=path,
@@ -242,6 +261,8 @@ def _diff_to_exported(base: str, out, x) -> dict:
     with torch.no_grad(), fast_path(False):
         refs = reference(x)
     outs = [torch.as_tensor(o) for o in outputs(out)]
+    if base in DETECTORS:  # as many detections as the exported PyTorch graph
+        return dict(detections=len(outs[1]), detections_pytorch=len(refs[1]))
     diffs = [((o.float() - r).abs().max() / r.abs().max()).item()
              for o, r in zip(outs, refs) if r.is_floating_point()]
     return dict(max_rel_diff_vs_reference=max(diffs))

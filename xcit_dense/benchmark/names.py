@@ -14,8 +14,8 @@ SEGMENTORS = {
 }
 XCIT_VARIANTS = ('reference', 'always', 'compile', 'bf16', 'cp', 'amp') + \
     RUNTIMES
-SEGMENTOR_VARIANTS = ('reference', 'compile', 'amp') + RUNTIMES
-DETECTOR_VARIANTS = ('reference', 'amp')
+SEGMENTOR_VARIANTS = ('reference', 'compile', 'amp') + RUNTIMES + ('int8', )
+DETECTOR_VARIANTS = ('reference', 'amp', 'bf16') + RUNTIMES + ('int8', )
 
 
 def config_path(path: str) -> str:
@@ -50,10 +50,7 @@ def parse_model(name: str):
             raise ValueError('the reference path is not compiled')
         if {'reference', 'always'} <= variants:
             raise ValueError("'reference' and 'always' exclude each other")
-        if variants & set(RUNTIMES) and len(variants) > 1:
-            raise ValueError(f'{name!r}: a runtime ({", ".join(RUNTIMES)}) '
-                             'runs the exported fp32 graph; it takes no '
-                             'other variant')
+        _check_runtime(name, variants)
         return base, variants
     if base in DETECTORS:
         allowed = DETECTOR_VARIANTS if base == 'mask_rcnn_xcit_s12' \
@@ -62,6 +59,7 @@ def parse_model(name: str):
             raise ValueError(f'unknown variant(s) '
                              f'{sorted(variants - set(allowed))} in '
                              f'{name!r}; allowed: {", ".join(allowed)}')
+        _check_runtime(name, variants)
         return base, variants
     if base in PEERS and not variants:
         return base, variants
@@ -71,6 +69,19 @@ def parse_model(name: str):
         f'{", ".join(SEGMENTORS)}[@variant] (variants: '
         f'{", ".join(SEGMENTOR_VARIANTS)}) or one of '
         f'{", ".join(PEERS + tuple(DETECTORS))}')
+
+
+def _check_runtime(name: str, variants: set) -> None:
+    """A runtime runs the exported graph, fp32 or (``int8``) quantized; it
+    takes no other variant, and ``int8`` needs a runtime."""
+    runtimes = variants & set(RUNTIMES)
+    if 'int8' in variants and not runtimes:
+        raise ValueError(f'{name!r}: int8 is a quantized export; name the '
+                         f'runtime that runs it ({", ".join(RUNTIMES)})')
+    if runtimes and len(variants - {'int8'}) > 1:
+        raise ValueError(f'{name!r}: a runtime ({", ".join(RUNTIMES)}) '
+                         'runs the exported graph (fp32, or int8); it takes '
+                         'no other variant')
 
 
 def trainable(name: str) -> bool:

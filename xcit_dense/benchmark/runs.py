@@ -19,11 +19,11 @@ def run_measurement(model, size, batch, mode, args) -> dict:
     if set(variants) & set(RUNTIMES) and mode == 'infer':
         # exported (and verified) in a process of its own, so that the
         # runtime's process holds only what the runtime needs; once per
-        # model, size and batch for all runtimes and rounds
-        key = (base, size, batch)
-        if key not in _EXPORTED:
-            _EXPORTED[key] = _run_worker(model, size, batch, 'export', args)
-        exported = _EXPORTED[key]
+        # model, size and batch for all runtimes and rounds; an INT8 model
+        # is quantized from that fp32 export
+        exported = _export(model, base, size, batch, args)
+        if 'int8' in variants and 'error' not in exported:
+            exported = _export(model, base, size, batch, args, int8=True)
         if 'error' in exported:
             return dict(exported, model=model)
         row = _run_worker(model, size, batch, mode, args)
@@ -31,6 +31,16 @@ def run_measurement(model, size, batch, mode, args) -> dict:
                                              'export_max_rel_diff')})
         return row
     return _run_worker(model, size, batch, mode, args)
+
+
+def _export(model, base, size, batch, args, int8=False) -> dict:
+    """The export row of ``base`` at ``size`` and ``batch`` (fp32, or its
+    INT8 quantization), made once per run."""
+    key = (base, size, batch, int8)
+    if key not in _EXPORTED:
+        _EXPORTED[key] = _run_worker(model if int8 else base, size, batch,
+                                     'export', args)
+    return _EXPORTED[key]
 
 
 def _run_worker(model, size, batch, mode, args) -> dict:

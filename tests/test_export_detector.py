@@ -138,12 +138,16 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(tmp_path, tiny_coco,
     quantized = onnx.load(str(int8))
     types = [n.op_type for n in quantized.graph.node]
     assert 'QuantizeLinear' in types and 'DequantizeLinear' in types
-    assert len(row['float_nodes']) == 2 * TINY['depth']  # q k^T, attn v
-    produced_by = {o: n for n in quantized.graph.node for o in n.output}
-    for node in quantized.graph.node:
-        if node.name in row['float_nodes']:
-            assert all(produced_by[i].op_type != 'DequantizeLinear'
-                       for i in node.input)
+    # q k^T and attn v of each block, the positional encoding's projection
+    assert len(row['float_nodes']) == 2 * TINY['depth'] + 1
+    dequantized = {o for n in quantized.graph.node for o in n.output
+                   if n.op_type == 'DequantizeLinear'}
+    float_nodes = [n for n in quantized.graph.node
+                   if n.name in row['float_nodes']]
+    assert len(float_nodes) == len(row['float_nodes'])
+    assert not any(set(n.input) & dequantized for n in float_nodes)
+    assert any(set(n.input) & dequantized for n in quantized.graph.node
+               if n.op_type == 'MatMul')  # the linear layers are INT8
     assert read_metadata(str(int8)) == read_metadata(str(out))
 
 

@@ -108,11 +108,6 @@ def main():
                         'export the whole segmentor, or --backbone-only.')
     whole_detector = scope == 'mmdet' and not (args.backbone_only or
                                                args.backbone_and_neck)
-    if whole_detector and args.batch != 1:
-        raise UserError(f'A whole detector is exported for one image at a '
-                        f'time (its number of detections varies per image); '
-                        f'got --batch {args.batch}. Run the file once per '
-                        'image, or export --backbone-and-neck for batches.')
     if args.int8:
         if args.backbone_only or args.backbone_and_neck:
             raise UserError('--int8 quantizes a whole segmentor or detector '

@@ -2,11 +2,12 @@
 
 Detections are matched one to one (same label, box IoU at least
 :data:`BOX_IOU`, score within :data:`SCORE_RTOL`), and each matched pair's
-masks, pasted at the image's size, must overlap by :data:`MASK_IOU`. A
-detection without a partner is allowed only where PyTorch's own choice was
-a tie: its score equals (within :data:`SCORE_RTOL`) the score threshold, the
-last score kept under ``max_per_img``, or the score of another detection of
-its label.
+masks, pasted at the image's size, must overlap by :data:`MASK_IOU`. Where
+PyTorch's own choice is a tie, a difference is allowed: mask pixels whose
+probability is within :data:`PROB_ATOL` of the mask threshold count for
+neither mask, and a detection may go without a partner when its score
+equals (within :data:`SCORE_RTOL`) the score threshold, the last score kept
+under ``max_per_img``, or the score of another detection of its label.
 """
 from typing import Dict, List, Sequence, Tuple
 
@@ -16,11 +17,13 @@ from torchvision.ops import box_iou
 
 from ..errors import ExportError
 from ..models.policy import fast_path
-from .masks import paste_masks
+from .masks import paste_masks, paste_probs
 
 BOX_IOU = 0.99
 SCORE_RTOL = 1e-4
 MASK_IOU = 0.98
+#: mask pixels whose pasted probability is this close to the threshold tie
+PROB_ATOL = 1e-4
 
 
 def mmdet_predict(detector: torch.nn.Module, image: torch.Tensor) -> Dict:
@@ -95,8 +98,12 @@ def compare_detections(outputs: Sequence[np.ndarray], reference: Dict,
             ((ref_scores[ri] - scores[oi]).abs() /
              ref_scores[ri].abs().clamp(min=1e-12)).max())
         masks = paste_masks(probs[oi], boxes[oi], *size, mask_thr)
+        # pixels whose probability ties with the threshold count for neither
+        settled = (paste_probs(probs[oi], boxes[oi], *size) - mask_thr
+                   ).abs() > PROB_ATOL
         row['min_mask_iou'] = min(
-            _mask_iou(a, b) for a, b in zip(reference['masks'][ri], masks))
+            _mask_iou(a & s, b & s) for a, b, s in
+            zip(reference['masks'][ri], masks, settled))
         if row['min_mask_iou'] < MASK_IOU:
             raise ExportError(
                 f'The exported detector is wrong: at {size[0]}x{size[1]} a '

@@ -13,9 +13,27 @@ def paste_masks(probs: torch.Tensor, boxes: torch.Tensor, height: int,
     of one pixel around the box sampled bilinearly from the map (``M`` cells
     spanning the box, zero beyond it), then ``>= threshold``. Pixels further
     from the box stay False."""
+    masks = torch.zeros(len(probs), height, width, dtype=torch.bool)
+    for i, region, values in _pasted(probs, boxes, height, width):
+        masks[(i, ) + region] = values >= threshold
+    return masks
+
+
+def paste_probs(probs: torch.Tensor, boxes: torch.Tensor, height: int,
+                width: int) -> torch.Tensor:
+    """The probabilities :func:`paste_masks` thresholds, ``(K, height,
+    width)``, 0 beyond each box's margin."""
+    pasted = torch.zeros(len(probs), height, width)
+    for i, region, values in _pasted(probs, boxes, height, width):
+        pasted[(i, ) + region] = values
+    return pasted
+
+
+def _pasted(probs, boxes, height: int, width: int):
+    """For each box: its index, the region of the image it covers (the box
+    and a one-pixel margin, clipped) and the values sampled there."""
     probs = torch.as_tensor(probs, dtype=torch.float32)
     boxes = torch.as_tensor(boxes, dtype=torch.float32)
-    masks = torch.zeros(len(probs), height, width, dtype=torch.bool)
     for i, ((x0, y0, x1, y1), prob) in enumerate(zip(boxes, probs)):
         left = max(int(torch.floor(x0)) - 1, 0)
         top = max(int(torch.floor(y0)) - 1, 0)
@@ -30,8 +48,7 @@ def paste_masks(probs: torch.Tensor, boxes: torch.Tensor, height: int,
                            dim=-1)
         values = F.grid_sample(prob[None, None], grid[None],
                                align_corners=False)[0, 0]
-        masks[i, top:bottom, left:right] = values >= threshold
-    return masks
+        yield i, (slice(top, bottom), slice(left, right)), values
 
 
 def _box_frame(centres: torch.Tensor, start: torch.Tensor,

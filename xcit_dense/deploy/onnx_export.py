@@ -88,6 +88,11 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
     verification rows; raises :class:`ExportError` (and leaves no file)
     when the export fails or does not reproduce PyTorch."""
     graph.eval()
+    if isinstance(graph, DetectorGraph) and batch != 1:
+        raise UserError(f'A whole detector is exported for one image at a '
+                        f'time (its number of detections varies per image); '
+                        f'got batch {batch}. Run the file once per image, or '
+                        'export the backbone and neck for batches.')
     directory = osp.dirname(osp.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, partial = tempfile.mkstemp(prefix='.unverified-', suffix='.onnx',

@@ -7,6 +7,8 @@ What is quantized: the layers with weights (``Conv``, ``ConvTranspose``,
 activations per tensor (uint8, ranges from the calibration images), in QDQ
 form. What stays in floating point, and why:
 
+* the Fourier positional encoding's projection (``size_only_nodes``),
+  computed from the image's size, not its pixels;
 * XCA's two products of activations, ``q k^T`` and ``attn v``
   (``float_matmuls``): both operands are computed, so both would need
   calibrated ranges, and the attention over channels is a softmax of
@@ -41,6 +43,20 @@ def float_matmuls(model) -> List[str]:
             and not any(i in constants for i in n.input)]
 
 
+def size_only_nodes(model) -> List[str]:
+    """The nodes of ``QUANTIZED_OPS`` whose inputs depend on the image's
+    size alone, not on its pixels: the Fourier positional encoding's
+    projection. Quantizing them gains nothing (they are computed once per
+    size) and OpenVINO cannot compile such a quantized branch."""
+    from_pixels = {i.name for i in model.graph.input}
+    for node in model.graph.node:  # in topological order
+        if node.op_type != 'Shape' and \
+                any(i in from_pixels for i in node.input):
+            from_pixels.update(node.output)
+    return [n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS
+            and not any(i in from_pixels for i in n.input)]
+
+
 def dataset_images(cfg, count: int) -> List[np.ndarray]:
     """The first ``count`` images of the config's test dataset as its test
     pipeline gives them, each ``(1, 3, H, W)`` float32: what the exported
@@ -72,7 +88,7 @@ def quantize_int8(fp32_path: str, int8_path: str,
         quantize_static,
     )
     model = onnx.load(fp32_path)
-    keep_float = float_matmuls(model)
+    keep_float = float_matmuls(model) + size_only_nodes(model)
     name = model.graph.input[0].name
 
     class Reader(CalibrationDataReader):
@@ -156,9 +172,9 @@ def export_int8(fp32_path: str, int8_path: str, graph: str,
     try:
         keep_float = quantize_int8(fp32_path, partial, calibration)
         log(f'quantized to INT8 on {len(calibration)} calibration images; '
-            f'kept in floating point: the {len(keep_float)} MatMuls of two '
-            'activations (XCA) and every operator but '
-            + ', '.join(QUANTIZED_OPS))
+            f'kept in floating point: {len(keep_float)} nodes (XCA\'s '
+            'products of two activations, the positional encoding\'s '
+            'projection) and every operator but ' + ', '.join(QUANTIZED_OPS))
         row = compare_int8(partial, fp32_path, graph, check)
         what = ('pixels labelled as by the fp32 file'
                 if graph == 'SegmentorGraph' else

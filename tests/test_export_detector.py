@@ -138,8 +138,16 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(tmp_path, tiny_coco,
     quantized = onnx.load(str(int8))
     types = [n.op_type for n in quantized.graph.node]
     assert 'QuantizeLinear' in types and 'DequantizeLinear' in types
-    # q k^T and attn v of each block, the positional encoding's projection
-    assert len(row['float_nodes']) == 2 * TINY['depth'] + 1
+    fp32 = onnx.load(str(out))
+    products = quantization.float_matmuls(fp32)  # q k^T, attn v per block
+    assert len(products) == 2 * TINY['depth']
+    encoding = quantization.size_only_nodes(fp32)  # the projection
+    assert len(encoding) == 1
+    # the RPN's scores and offsets on each of 5 levels, the box head's
+    # scores and offsets, the mask logits
+    heads = quantization.prediction_layers(fp32)
+    assert len(heads) == 2 * 5 + 3
+    assert sorted(row['float_nodes']) == sorted(products + encoding + heads)
     dequantized = {o for n in quantized.graph.node for o in n.output
                    if n.op_type == 'DequantizeLinear'}
     float_nodes = [n for n in quantized.graph.node

@@ -41,7 +41,11 @@ Models:
                  at the measured size by ``tools/export_onnx.py``'s code
                  (verified against PyTorch; export time reported apart, in a
                  process of its own) and run by onnxruntime / OpenVINO
-                 (f32 precision hint) with the same threads.
+                 (f32 precision hint) with the same threads;
+      int8       with a runtime (``@onnxruntime+int8``): that file quantized
+                 as ``tools/export_onnx.py --int8`` quantizes it, calibrated
+                 on 4 random images (speed only: accuracy is measured with
+                 the dataset, see docs/deploy.md).
   swin_t, r50        mmdet's Swin-T and ResNet-50 backbones;
   vit_s16, vit_b16   timm's ViT-S/16 and ViT-B/16, global attention, position
                      embeddings resized to the input;
@@ -52,14 +56,20 @@ Models:
       with the box score threshold at 0 so that 100 detections per image
       reach the mask head; train = one ``loss`` + backward with 5
       ground-truth boxes and masks per image. Variants: reference (backbone
-      ``fast_path=False``, eager: the straightforward baseline), amp.
+      ``fast_path=False``, eager: the straightforward baseline), amp, bf16
+      (inference: ``AutocastPartsHook``'s parts in bf16, backbone, neck and
+      heads, the post-processing between them in fp32), onnxruntime,
+      openvino (+int8): the whole detector as exported
+      (``xcit_dense.deploy.DetectorGraph``, one image, random weights with
+      the classifiers sharpened so that 100 detections reach the mask head
+      as in the PyTorch rows).
   upernet_xcit_s12[@variant]  the whole UperNet XCiT-S12/16 segmentor
       (configs/ade20k/upernet_xcit_s12.py, 150 classes): inference as
       exported, image in, logits and labels at the image's size out
       (``xcit_dense.deploy.SegmentorGraph``); train = one ``loss`` +
       backward of the mmseg model (backbone as the recipe sets it) on random
       labels. Variants reference, compile (inference), amp, onnxruntime,
-      openvino.
+      openvino (+int8).
 
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run) and ``results.png``

@@ -18,7 +18,34 @@ def test_configs_found():
     assert 'mask_rcnn_xcit_s12.py' in names
     for short in ('t12', 's12', 's24', 'm24'):
         for patch in (16, 8):
-            assert f'mask_rcnn_xcit_{short}_p{patch}_3x_coco.py' in names
+            for head in ('mask_rcnn', 'cascade_mask_rcnn'):
+                assert f'{head}_xcit_{short}_p{patch}_3x_coco.py' in names
+
+
+@pytest.mark.parametrize('short', ['t12', 's12', 's24', 'm24'])
+def test_cascade_configs_carry_convnext_settings(short):
+    """Cascade: the backbone of the same-size Mask R-CNN config, mmdet's
+    ConvNeXt cascade box heads, and the ConvNeXt configs' layer decay at the
+    stem (0.7 ** 7) spread over XCiT's levels."""
+    coco = REPO / 'configs' / 'coco'
+    cascade = Config.fromfile(
+        str(coco / f'cascade_mask_rcnn_xcit_{short}_p16_3x_coco.py'))
+    mask_rcnn = Config.fromfile(
+        str(coco / f'mask_rcnn_xcit_{short}_p16_3x_coco.py'))
+    assert cascade.model.backbone == mask_rcnn.model.backbone
+    assert cascade.model.type == 'CascadeRCNN'
+    heads = cascade.model.roi_head.bbox_head
+    assert [h.bbox_coder.target_stds for h in heads] == [
+        [0.1, 0.1, 0.2, 0.2], [0.05, 0.05, 0.1, 0.1],
+        [0.033, 0.033, 0.067, 0.067]]
+    assert all(h.num_shared_convs == 4 and h.num_shared_fcs == 1 and
+               h.loss_bbox.type == 'GIoULoss' and h.norm_cfg.type == 'SyncBN'
+               for h in heads)
+    assert [r.assigner.pos_iou_thr for r in cascade.model.train_cfg.rcnn] == [
+        0.5, 0.6, 0.7]
+    levels = int(short[1:]) + 1  # stem, one per block; the top is at 1
+    rate = cascade.optim_wrapper.paramwise_cfg.layer_decay_rate
+    assert rate ** levels == pytest.approx(0.7 ** 7, rel=0.01)
 
 
 def _sample(h, w, num_classes):
@@ -51,11 +78,15 @@ def test_config_builds_trains_and_predicts(path):
     model_cfg = copy.deepcopy(cfg.model)
     model_cfg.backbone.update(depth=4, out_indices=(0, 1, 2, 3),
                               init_cfg=None)
+    from xcit_dense.runner import replace_syncbn
+    replace_syncbn(model_cfg)  # as tools/*.py do on the CPU
     init_default_scope('mmdet')
     model = MODELS.build(model_cfg)
     model.init_weights()
     h, w = 96, 128
-    num_classes = model.roi_head.bbox_head.num_classes
+    mask_head = model.roi_head.mask_head  # a ModuleList in a cascade
+    num_classes = (mask_head[-1] if isinstance(mask_head, torch.nn.ModuleList)
+                   else mask_head).num_classes
     data = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
                         for _ in range(2)],
                 data_samples=[_sample(h, w, num_classes) for _ in range(2)])

@@ -1,0 +1,14 @@
+# Cascade Mask R-CNN XCiT-M24/16, 3x COCO: the backbone settings of
+# mask_rcnn_xcit_m24_p16_3x_coco.py (published Mask R-CNN box / mask AP
+# 46.7 / 42.0). No XCiT result has been published for this head.
+_base_ = './_base_/cascade_mask_rcnn_xcit_3x_coco.py'
+
+# ImageNet-1k weights of the published training command (384 px, distilled)
+pretrained = ('https://dl.fbaipublicfiles.com/xcit/'
+              'xcit_medium_24_p16_384_dist.pth')
+model = dict(
+    backbone=dict(
+        arch='medium_24_p16', drop_path_rate=0.15, eta=1e-5,
+        init_cfg=dict(checkpoint=pretrained)),
+    neck=dict(in_channels=[512] * 4))
+optim_wrapper = dict(paramwise_cfg=dict(layer_decay_rate=0.905))

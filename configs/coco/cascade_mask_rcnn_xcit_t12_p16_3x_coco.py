@@ -1,0 +1,13 @@
+# Cascade Mask R-CNN XCiT-T12/16, 3x COCO: the backbone settings of
+# mask_rcnn_xcit_t12_p16_3x_coco.py (published Mask R-CNN box / mask AP
+# 42.7 / 38.5). No XCiT result has been published for this head.
+_base_ = './_base_/cascade_mask_rcnn_xcit_3x_coco.py'
+
+# ImageNet-1k weights of the published training command (384 px, distilled)
+pretrained = ('https://dl.fbaipublicfiles.com/xcit/'
+              'xcit_tiny_12_p16_384_dist.pth')
+model = dict(
+    backbone=dict(
+        arch='tiny_12_p16', drop_path_rate=0.0, eta=1.0,
+        init_cfg=dict(checkpoint=pretrained)),
+    neck=dict(in_channels=[192] * 4))

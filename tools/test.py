@@ -40,6 +40,11 @@ def parse_args():
         '--show-dir', help='directory (inside the work dir) where images '
         'with the predictions drawn are saved')
     parser.add_argument(
+        '--tta', action='store_true',
+        help='test-time augmentation: the config\'s tta_model around its '
+        'model, its tta_pipeline as the test pipeline (as mmdet\'s and '
+        'mmseg\'s tools/test.py)')
+    parser.add_argument(
         '--runtime', choices=RUNTIMES, default='onnxruntime',
         help='the runtime of an .onnx CHECKPOINT')
     add_run_arguments(parser)
@@ -60,6 +65,21 @@ def enable_visualization(cfg, show_dir):
         cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, show_dir)
 
 
+def use_tta(cfg):
+    """The config's ``tta_model`` wrapping its model and its
+    ``tta_pipeline`` as the test pipeline."""
+    missing = [k for k in ('tta_model', 'tta_pipeline') if not cfg.get(k)]
+    if missing:
+        raise UserError(f'--tta needs {" and ".join(missing)} in the config '
+                        '(the COCO recipes and mmseg\'s ADE20K bases define '
+                        'them: a flip at several scales).')
+    cfg.model = dict(cfg.tta_model, module=cfg.model)
+    dataset = cfg.test_dataloader.dataset
+    while 'dataset' in dataset:  # dataset wrappers
+        dataset = dataset.dataset
+    dataset.pipeline = cfg.tta_pipeline
+
+
 def use_exported_model(cfg, args):
     """Test the exported file instead of the config's model: the file holds
     the network and the data preprocessor, the config gives the dataset,
@@ -78,6 +98,8 @@ def use_exported_model(cfg, args):
 def main():
     args = parse_args()
     cfg = config_from_args(args)
+    if args.tta:
+        use_tta(cfg)
     exported = args.checkpoint.endswith('.onnx')
     if exported:
         use_exported_model(cfg, args)

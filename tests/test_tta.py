@@ -1,0 +1,110 @@
+"""Detection test-time augmentation (xcit_dense/tta.py, tools/test.py
+--tta): boxes merged as mmdet's DetTTAModel merges them, masks flipped back
+and voted; the recipe's TTA through tools/test.py on the tiny COCO data."""
+import torch
+from mmdet.models.test_time_augs import DetTTAModel
+from mmdet.structures import DetDataSample
+from mmengine.config import ConfigDict
+from mmengine.structures import InstanceData
+
+from xcit_dense.tta import InstanceSegTTAModel
+
+from conftest import run_tool_here
+from test_export_detector import MASK_RCNN
+
+H, W = 20, 30
+
+
+class Predictor(torch.nn.Module):
+    """What BaseTTAModel wraps: a model with ``test_step`` (not run
+    here: the views' predictions are given)."""
+
+    def test_step(self, data):
+        raise AssertionError('not called')
+CFG = ConfigDict(nms=dict(type='nms', iou_threshold=0.5), max_per_img=100)
+
+
+def view(boxes, scores, labels, masks, flip):
+    sample = DetDataSample(metainfo=dict(
+        ori_shape=(H, W), flip=flip,
+        flip_direction='horizontal' if flip else None))
+    sample.pred_instances = InstanceData(
+        bboxes=torch.tensor(boxes, dtype=torch.float32),
+        scores=torch.tensor(scores), labels=torch.tensor(labels),
+        masks=masks)
+    return sample
+
+
+def box_mask(x0, y0, x1, y1):
+    mask = torch.zeros(H, W, dtype=torch.bool)
+    mask[y0:y1, x0:x1] = True
+    return mask
+
+
+def test_flipped_views_merge_like_mmdet_and_vote_masks():
+    # one object seen in both views (the flipped view mirrors it), one only
+    # in the plain view
+    def views(with_masks=True):
+        plain = view([[2., 3., 12., 13.], [20., 5., 28., 15.]], [0.9, 0.6],
+                     [0, 1], torch.stack([box_mask(2, 3, 12, 13),
+                                          box_mask(20, 5, 28, 15)]), False)
+        mirrored = box_mask(2, 3, 11, 13).flip(-1)  # one column narrower
+        flipped = view([[W - 12., 3., W - 2., 13.]], [0.8], [0],
+                       mirrored[None], True)
+        if not with_masks:
+            del plain.pred_instances.masks, flipped.pred_instances.masks
+        return [plain, flipped]
+    ours = InstanceSegTTAModel(module=Predictor(), tta_cfg=CFG)
+    merged = ours.merge_preds([views()])[0].pred_instances
+    theirs = DetTTAModel(module=Predictor(), tta_cfg=CFG)
+    reference = theirs.merge_preds([views(False)])[0].pred_instances
+    for key in ('bboxes', 'scores', 'labels'):
+        assert torch.equal(merged[key], reference[key]), key
+    assert merged.masks.shape == (2, H, W)
+    # the two views' masks of object 0 (scores 0.9, 0.8), flipped back: the
+    # column only the plain view holds carries 0.9 / 1.7 >= 1/2 of the score
+    assert torch.equal(merged.masks[0], box_mask(2, 3, 12, 13))
+    assert torch.equal(merged.masks[1], box_mask(20, 5, 28, 15))
+    # a column that only the weaker view held would be dropped
+    weak = view([[2., 3., 12., 13.]], [0.3], [0], box_mask(2, 3, 13, 13)[None],
+                False)
+    voted = ours.merge_preds([[views()[0], weak]])[0].pred_instances
+    assert torch.equal(voted.masks[0], box_mask(2, 3, 12, 13))
+
+
+def test_test_tool_tta(tmp_path, tiny_coco):
+    config = tmp_path / 'tta.py'
+    config.write_text(MASK_RCNN + f"""
+data_root = '{tiny_coco}/'
+test_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                       dataset=dict(data_root=data_root))
+test_evaluator = dict(ann_file=data_root + 'annotations/val.json')
+tta_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='TestTimeAug', transforms=[
+        [dict(type='Resize', scale=(s, s), keep_ratio=True)
+         for s in (96, 128)],
+        [dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)],
+        [dict(type='PackDetInputs', meta_keys=(
+            'img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor',
+            'flip', 'flip_direction'))]])]
+""")
+    from mmengine.config import Config
+
+    from xcit_dense.inference import init_model
+    torch.manual_seed(0)
+    model = init_model(Config.fromfile(str(config)), None)
+    checkpoint = tmp_path / 'model.pth'
+    torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
+    proc = run_tool_here('tools/test.py', config, checkpoint, '--tta',
+                         '--work-dir', tmp_path / 'work')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'coco/segm_mAP' in proc.stdout + proc.stderr
+    # a config without TTA settings: one paragraph
+    bare = tmp_path / 'bare.py'
+    bare.write_text("_base_ = './tta.py'\ntta_model = None\n")
+    proc = run_tool_here('tools/test.py', bare, checkpoint, '--tta',
+                         '--work-dir', tmp_path / 'bare_work')
+    assert proc.returncode == 1
+    assert proc.stderr.startswith('error: --tta needs tta_model in the '
+                                  'config')

@@ -64,6 +64,10 @@ def _sample(h, w, num_classes):
     return sample
 
 
+def _stages(value):
+    return value if isinstance(value, list) else [value]
+
+
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.name)
 def test_config_builds_trains_and_predicts(path):
     from mmdet.registry import MODELS
@@ -78,6 +82,13 @@ def test_config_builds_trains_and_predicts(path):
     model_cfg = copy.deepcopy(cfg.model)
     model_cfg.backbone.update(depth=4, out_indices=(0, 1, 2, 3),
                               init_cfg=None)
+    # and the heads: fewer RoIs, narrower box heads (a cascade has three)
+    model_cfg.train_cfg.rpn_proposal.max_per_img = 64
+    model_cfg.test_cfg.rpn.max_per_img = 64
+    for stage in _stages(model_cfg.train_cfg.rcnn):
+        stage.sampler.num = 32
+    for head in _stages(model_cfg.roi_head.bbox_head):
+        head.update(conv_out_channels=32, fc_out_channels=64)
     from xcit_dense.runner import replace_syncbn
     replace_syncbn(model_cfg)  # as tools/*.py do on the CPU
     init_default_scope('mmdet')

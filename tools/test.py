@@ -134,13 +134,12 @@ def main():
     if exported:
         runner.test()
         return
-    # A test-time-augmentation model holds the trained one as `module`.
-    # A published (mmdet 2 / mmseg 0) checkpoint is converted on loading by
+    # A test-time-augmentation model holds the trained one as `module`;
+    # mmengine loads into that (load_state_dict unwraps a BaseTTAModel). A
+    # published (mmdet 2 / mmseg 0) checkpoint is converted on loading by
     # xcit_dense.CheckpointImportHook, which build_runner adds.
-    runner.load_checkpoint(
-        checkpoint, strict=True,
-        revise_keys=[(r'^module\.', '')] + ([(r'^', 'module.')]
-                                            if tta else []))
+    runner.load_checkpoint(checkpoint, strict=True,
+                           revise_keys=[(r'^module\.', '')])
     runner.test()
     finish_distributed()
 

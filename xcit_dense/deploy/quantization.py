@@ -13,7 +13,9 @@ form. What stays in floating point, and why:
   (``float_matmuls``): both operands are computed, so both would need
   calibrated ranges, and the attention over channels is a softmax of
   L2-normalised products scaled by a learned temperature, where an error in
-  one product moves every weight of its row;
+  one product moves every weight of its row (measured on the COCO demo:
+  quantizing them as well costs 0.006 more bbox mAP, 0.309 against 0.315;
+  on the ADE20K demo nothing, mIoU 46.68 against 46.66);
 * the heads' last layers (``prediction_layers``: mmdet's ``rpn_cls``,
   ``rpn_reg``, ``fc_cls``, ``fc_reg``, ``conv_logits``, mmseg's
   ``conv_seg``), a few small layers whose outputs are the scores and box

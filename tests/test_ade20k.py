@@ -23,6 +23,8 @@ def test_configs_found():
         for patch in (16, 8):
             assert f'upernet_xcit_{short}_p{patch}_160k_ade20k.py' in names
             assert f'sem_fpn_xcit_{short}_p{patch}_80k_ade20k.py' in names
+            assert f'mask2former_xcit_{short}_p{patch}_160k_ade20k.py' \
+                in names
 
 
 def _sample(h, w, num_classes):
@@ -34,6 +36,18 @@ def _sample(h, w, num_classes):
     label[:, :5] = 255
     sample.gt_sem_seg = PixelData(data=label)
     return sample
+
+
+def shrink_mask2former(head):
+    """Fewer queries, decoder and pixel-decoder layers and loss points: the
+    same modules and code paths, a fraction of the time."""
+    if head.type.split('.')[-1] != 'Mask2FormerHead':
+        return
+    head.num_queries = 10
+    head.transformer_decoder.num_layers = head.num_transformer_feat_level
+    head.pixel_decoder.encoder.num_layers = 1
+    if 'train_cfg' in head:  # mmseg's; mmdet's is the detector's
+        head.train_cfg.num_points = 256
 
 
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.name)
@@ -50,6 +64,7 @@ def test_config_builds_trains_and_infers(path):
     assert head_in == [dim] * 4
     inner.backbone.update(depth=4, out_indices=(0, 1, 2, 3), init_cfg=None)
     inner.data_preprocessor.size = (64, 96)
+    shrink_mask2former(inner.decode_head)
     init_default_scope('mmseg')
     model = MODELS.build(inner)
     model.init_weights()

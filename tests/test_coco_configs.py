@@ -10,16 +10,20 @@ from mmengine.structures import InstanceData
 
 from conftest import REPO
 
-CONFIGS = sorted((REPO / 'configs' / 'coco').glob('*.py'))
+ALL = sorted((REPO / 'configs' / 'coco').glob('*.py'))
+MASK2FORMER = [p for p in ALL if p.name.startswith('mask2former_')]
+CONFIGS = [p for p in ALL if p not in MASK2FORMER]  # two-stage detectors
 
 
 def test_configs_found():
-    names = {p.name for p in CONFIGS}
+    names = {p.name for p in ALL}
     assert 'mask_rcnn_xcit_s12.py' in names
     for short in ('t12', 's12', 's24', 'm24'):
         for patch in (16, 8):
             for head in ('mask_rcnn', 'cascade_mask_rcnn'):
                 assert f'{head}_xcit_{short}_p{patch}_3x_coco.py' in names
+            assert f'mask2former_xcit_{short}_p{patch}_lsj_50e_coco.py' \
+                in names
 
 
 @pytest.mark.parametrize('short', ['t12', 's12', 's24', 'm24'])
@@ -113,3 +117,78 @@ def test_config_builds_trains_and_predicts(path):
         results = model.test_step(data)
     assert len(results) == 2
     assert results[0].pred_instances.masks.shape[-2:] == (h, w)
+
+
+@pytest.mark.parametrize('path', MASK2FORMER, ids=lambda p: p.name)
+def test_mask2former_config_builds_trains_and_predicts(path):
+    """Mask2Former (instance): the backbone of the same-size Mask R-CNN
+    config, a training step and a prediction with the head shrunk (fewer
+    queries, layers and loss points), without the 1024x1024 batch padding
+    of LSJ."""
+    from mmdet.registry import MODELS
+
+    from test_ade20k import shrink_mask2former
+    cfg = Config.fromfile(str(path))
+    mask_rcnn = Config.fromfile(str(path.parent / path.name.replace(
+        'mask2former_', 'mask_rcnn_').replace('_lsj_50e_', '_3x_')))
+    assert cfg.model.backbone == mask_rcnn.model.backbone
+    dim = mask_rcnn.model.neck.in_channels
+    assert cfg.model.panoptic_head.in_channels == dim
+    model_cfg = copy.deepcopy(cfg.model)
+    model_cfg.backbone.update(depth=4, out_indices=(0, 1, 2, 3),
+                              init_cfg=None)
+    model_cfg.data_preprocessor.batch_augments = None
+    shrink_mask2former(model_cfg.panoptic_head)
+    model_cfg.train_cfg.num_points = 256
+    init_default_scope('mmdet')
+    model = MODELS.build(model_cfg)
+    model.init_weights()
+    h, w = 96, 128
+    data = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
+                        for _ in range(2)],
+                data_samples=[_sample(h, w, 80) for _ in range(2)])
+    model.train()
+    batch = model.data_preprocessor(data, training=True)
+    loss, _ = model.parse_losses(model(**batch, mode='loss'))
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert model.backbone.blocks[0].attn.qkv.weight.grad is not None
+    model.eval()
+    with torch.no_grad():
+        results = model.test_step(data)
+    assert results[0].pred_instances.masks.shape[-2:] == (h, w)
+
+
+def test_mask2former_optimizer_as_the_swin_recipe():
+    """The backbone at 0.1 of the lr, its norms, gammas, temperatures and
+    positional encoder without weight decay; query and level embeddings
+    without weight decay at the full lr; the rest as configured."""
+    from mmdet.registry import MODELS
+    from mmengine.optim import build_optim_wrapper
+
+    from test_ade20k import shrink_mask2former
+    cfg = Config.fromfile(str(REPO / 'configs' / 'coco' /
+                              'mask2former_xcit_s12_p16_lsj_50e_coco.py'))
+    cfg.model.backbone.update(depth=4, out_indices=(0, 1, 2, 3),
+                              init_cfg=None)
+    shrink_mask2former(cfg.model.panoptic_head)
+    init_default_scope('mmdet')
+    model = MODELS.build(cfg.model)
+    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    group_of = {id(p): g for g in wrapper.optimizer.param_groups
+                for p in g['params']}
+    params = dict(model.named_parameters())
+
+    def lr_wd(name):
+        group = group_of[id(params[name])]
+        return group['lr'], group['weight_decay']
+    assert lr_wd('backbone.blocks.0.attn.qkv.weight') == (1e-5, 0.05)
+    for name in ('backbone.blocks.0.norm1.weight', 'backbone.blocks.0.gamma1',
+                 'backbone.blocks.0.attn.temperature',
+                 'backbone.pos_embed.token_projection.weight'):
+        assert lr_wd(name) == (1e-5, 0.0), name
+    for name in ('panoptic_head.query_embed.weight',
+                 'panoptic_head.query_feat.weight',
+                 'panoptic_head.level_embed.weight'):
+        assert lr_wd(name) == (1e-4, 0.0), name
+    assert lr_wd('panoptic_head.cls_embed.weight') == (1e-4, 0.05)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import venv
 
+import pytest
 import yaml
 
 from conftest import REPO
@@ -52,13 +53,15 @@ def test_index_lists_the_24_published_models():
         assert [float(v) for v in stated.split(' / ')] == metrics, m['Name']
 
 
-def test_index_lists_the_cascade_configs_without_results():
-    """Cascade Mask R-CNN: 8 configs by name, and no XCiT result exists for
-    them: no metrics, no weights."""
-    cascade = [m for m in _index()
-               if m['In Collection'] == 'XCiT Cascade Mask R-CNN']
-    assert len(cascade) == 8
-    for m in cascade:
+@pytest.mark.parametrize('collection', [
+    'XCiT Cascade Mask R-CNN', 'XCiT Mask2Former (COCO instance)',
+    'XCiT Mask2Former (ADE20K)'])
+def test_index_lists_the_stronger_heads_without_results(collection):
+    """Cascade Mask R-CNN and Mask2Former: 8 configs each by name, and no
+    XCiT result exists for them: no metrics, no weights."""
+    entries = [m for m in _index() if m['In Collection'] == collection]
+    assert len(entries) == 8
+    for m in entries:
         assert (REPO / m['Config']).is_file() and \
             (REPO / m['Config']).stem == m['Name']
         assert 'Results' not in m and 'Weights' not in m
@@ -122,7 +125,7 @@ from xcit_dense.model_index import index_root, models
 from mmengine.registry import init_default_scope
 assert index_root().endswith(os.path.join('xcit_dense', '.mim')), index_root()
 assert sum('Weights' in m for m in models().values()) == 24
-assert len(models()) == 32
+assert len(models()) == 48
 cfg = load_config('mask_rcnn_xcit_t12_p16_3x_coco')
 init_default_scope('mmdet')
 from mmdet.registry import MODELS

@@ -1,0 +1,52 @@
+# Mask2Former with an XCiT backbone on ADE20K, 160k iterations of 512x512
+# crops: mmseg 1.2's Swin Mask2Former recipe
+# (configs/mask2former/mask2former_swin-t_8xb2-160k_ade20k-512x512.py on
+# mask2former_r50_8xb2-160k_ade20k-512x512.py: mmdet's Mask2FormerHead with
+# its deformable-attention pixel decoder, 100 queries, AdamW lr 1e-4, weight
+# decay 0.05, gradient clipping at 0.01, poly decay, 16 images per batch)
+# with the XCiT backbone in place of Swin. As that recipe does: the backbone
+# at 0.1 of the lr, no weight decay on norms and on the query and level
+# embeddings; for XCiT also none on its layer-scale gammas, XCA temperatures
+# and positional encoder (our constructor, as in the UperNet recipe). No
+# XCiT result has been published for this head. Per-model files change only
+# the preset, the head input channels, drop path and eta.
+_base_ = ['mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py']
+custom_imports = dict(imports=['mmdet.models', 'xcit_dense'],
+                      allow_failed_imports=False)
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='xcit_dense.XCiT',
+        arch='small_12_p16',
+        drop_path_rate=0.05,
+        eta=1.0,
+        # torch.compile with dynamic shapes on GPUs, eager on the CPU
+        compile_cfg='auto',
+        init_cfg=dict(
+            type='Pretrained',
+            checkpoint='https://dl.fbaipublicfiles.com/xcit/'
+            'xcit_small_12_p16_384_dist.pth')),
+    decode_head=dict(in_channels=[384] * 4))
+
+_embed = dict(lr_mult=1.0, decay_mult=0.0)
+optim_wrapper = dict(
+    constructor='xcit_dense.NoDecayOptimWrapperConstructor',
+    paramwise_cfg=dict(
+        # 'backbone' without decay_mult: the backbone's own no-decay list
+        # (norms, gammas, temperatures, positional encoder) applies
+        custom_keys=dict(_delete_=True, backbone=dict(lr_mult=0.1),
+                         query_embed=_embed, query_feat=_embed,
+                         level_embed=_embed),
+        norm_decay_mult=0.0))
+# mmengine's iteration loop, resumable at any iteration to the same result
+train_cfg = dict(type='xcit_dense.IterBasedTrainLoop')
+# checkpoints written to a temporary name and renamed into place
+default_hooks = dict(
+    checkpoint=dict(backend_args=dict(backend='atomic_local')))
+# Published (mmseg 0.11) checkpoints converted on loading, every loaded
+# checkpoint checked strictly; a checkpoint on SIGTERM / SIGINT / SIGUSR1.
+custom_hooks = [
+    dict(type='xcit_dense.CheckpointImportHook'),
+    dict(type='xcit_dense.PreemptionHook', signal='SIGUSR1'),
+]

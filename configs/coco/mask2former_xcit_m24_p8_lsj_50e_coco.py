@@ -1,0 +1,14 @@
+# Mask2Former XCiT-M24/8, instance segmentation, LSJ 50 epochs COCO: the
+# backbone settings of mask_rcnn_xcit_m24_p8_3x_coco.py (published Mask
+# R-CNN box / mask AP 48.5 / 43.7). No XCiT result has been published for
+# this head.
+_base_ = './_base_/mask2former_xcit_lsj_50e_coco.py'
+
+# ImageNet-1k weights of the published training command (384 px, distilled)
+pretrained = ('https://dl.fbaipublicfiles.com/xcit/'
+              'xcit_medium_24_p8_384_dist.pth')
+model = dict(
+    backbone=dict(
+        arch='medium_24_p8', drop_path_rate=0.15, eta=1e-5,
+        init_cfg=dict(checkpoint=pretrained)),
+    panoptic_head=dict(in_channels=[512] * 4))

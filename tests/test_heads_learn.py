@@ -17,14 +17,13 @@ from test_ade20k import shrink_mask2former
 from test_coco_configs import _sample as det_sample
 from test_coco_configs import _stages
 
+#: config, optimizer steps
 CASES = {
-    'cascade_coco': 'coco/cascade_mask_rcnn_xcit_t12_p16_3x_coco.py',
-    'mask2former_coco': 'coco/mask2former_xcit_t12_p16_lsj_50e_coco.py',
-    'mask2former_ade20k': 'ade20k/mask2former_xcit_t12_p16_160k_ade20k.py',
+    'cascade_coco': ('coco/cascade_mask_rcnn_xcit_t12_p16_3x_coco.py', 12),
+    'mask2former_coco': ('coco/mask2former_xcit_t12_p16_lsj_50e_coco.py', 20),
+    'mask2former_ade20k': ('ade20k/mask2former_xcit_t12_p16_160k_ade20k.py',
+                           20),
 }
-
-
-STEPS = 20
 
 
 def shrunk_model(cfg):
@@ -55,7 +54,8 @@ def shrunk_model(cfg):
 
 @pytest.mark.parametrize('case', CASES)
 def test_head_family_learns(case):
-    cfg = Config.fromfile(str(REPO / 'configs' / CASES[case]))
+    path, steps = CASES[case]
+    cfg = Config.fromfile(str(REPO / 'configs' / path))
     torch.manual_seed(0)
     model = shrunk_model(cfg)
     model.init_weights()
@@ -79,7 +79,7 @@ def test_head_family_learns(case):
     optim_cfg.optimizer.lr *= 10  # a few steps instead of thousands
     wrapper = build_optim_wrapper(model, optim_cfg)
     losses = []
-    for _ in range(STEPS):
+    for _ in range(steps):
         batch = model.data_preprocessor(copy.deepcopy(data), training=True)
         loss, _ = model.parse_losses(model(**batch, mode='loss'))
         wrapper.update_params(loss)

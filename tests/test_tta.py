@@ -1,6 +1,7 @@
 """Detection test-time augmentation (xcit_dense/tta.py, tools/test.py
 --tta): boxes merged as mmdet's DetTTAModel merges them, masks flipped back
 and voted; the recipe's TTA through tools/test.py on the tiny COCO data."""
+import pytest
 import torch
 from mmdet.models.test_time_augs import DetTTAModel
 from mmdet.structures import DetDataSample
@@ -9,8 +10,8 @@ from mmengine.structures import InstanceData
 
 from xcit_dense.tta import InstanceSegTTAModel
 
-from conftest import run_tool_here
-from test_export_detector import MASK_RCNN
+from conftest import REPO, run_tool_here
+from test_export_detector import MASK_RCNN, TINY
 
 H, W = 20, 30
 
@@ -72,22 +73,26 @@ def test_flipped_views_merge_like_mmdet_and_vote_masks():
     assert torch.equal(voted.masks[0], box_mask(2, 3, 12, 13))
 
 
-def test_test_tool_tta(tmp_path, tiny_coco):
+CASCADE = f"""
+_base_ = r'{REPO}/configs/coco/demo_cascade_mask_rcnn_xcit_nano_synthetic.py'
+model = dict(
+    backbone=dict({', '.join(f'{k}={v!r}' for k, v in TINY.items())}),
+    neck=dict(in_channels=[32] * 4),
+    test_cfg=dict(rpn=dict(nms_pre=100, max_per_img=50)))
+"""
+
+
+@pytest.mark.parametrize('head', ['mask_rcnn', 'cascade'])
+def test_test_tool_tta(tmp_path, tiny_coco, head):
+    """The demo's TTA (three scales, flipped and not) through tools/test.py
+    --tta, for Mask R-CNN and Cascade Mask R-CNN (whose mask head mmdet
+    would try to unflip itself, failing)."""
     config = tmp_path / 'tta.py'
-    config.write_text(MASK_RCNN + f"""
+    config.write_text((MASK_RCNN if head == 'mask_rcnn' else CASCADE) + f"""
 data_root = '{tiny_coco}/'
 test_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                        dataset=dict(data_root=data_root))
 test_evaluator = dict(ann_file=data_root + 'annotations/val.json')
-tta_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='TestTimeAug', transforms=[
-        [dict(type='Resize', scale=(s, s), keep_ratio=True)
-         for s in (96, 128)],
-        [dict(type='RandomFlip', prob=1.), dict(type='RandomFlip', prob=0.)],
-        [dict(type='PackDetInputs', meta_keys=(
-            'img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor',
-            'flip', 'flip_direction'))]])]
 """)
     from mmengine.config import Config
 

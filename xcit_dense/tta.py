@@ -52,6 +52,28 @@ class InstanceSegTTAModel(DetTTAModel):
     Cascade Mask R-CNN); without masks it is ``DetTTAModel``. ``tta_cfg``:
     ``nms`` and ``max_per_img`` as mmdet's, and ``mask_vote_iou``."""
 
+    def test_step(self, data):
+        """Predict every view, then merge. The views reach the detector
+        without their flip flag: mmdet 3.3's ``CascadeRoIHead.predict_mask``
+        would otherwise pass each stage's mask logits of a flipped view to
+        ``merge_aug_masks``, which reverses them with a negative-step slice
+        that torch tensors do not support ("step must be greater than
+        zero"); a view's masks belong to its own, flipped image anyway, and
+        are flipped back here after pasting."""
+        views = [{key: value[i] for key, value in data.items()}
+                 for i in range(len(data['inputs']))]
+        flips = [[dict(flip=s.metainfo.get('flip', False),
+                       flip_direction=s.metainfo.get('flip_direction'))
+                  for s in view['data_samples']] for view in views]
+        for view in views:
+            for sample in view['data_samples']:
+                sample.set_metainfo(dict(flip=False))
+        predictions = [self.module.test_step(view) for view in views]
+        for samples, flip in zip(predictions, flips):
+            for sample, meta in zip(samples, flip):
+                sample.set_metainfo(meta)
+        return self.merge_preds(list(zip(*predictions)))
+
     def _merge_single_sample(
             self, data_samples: List[DetDataSample]) -> DetDataSample:
         if data_samples[0].pred_instances.get('masks', None) is None:

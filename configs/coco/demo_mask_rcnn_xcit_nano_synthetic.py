@@ -79,3 +79,18 @@ default_hooks = dict(
 log_processor = dict(by_epoch=False, window_size=25)
 sync_bn = None
 randomness = dict(seed=0)
+# test-time augmentation (tools/test.py --tta) at the demo's scale: 96, 128
+# and 160 px, each as it is and flipped
+tta_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='TestTimeAug',
+         transforms=[
+             [dict(type='Resize', scale=(s, s), keep_ratio=True)
+              for s in (96, 128, 160)],
+             [dict(type='RandomFlip', prob=1.),
+              dict(type='RandomFlip', prob=0.)],
+             [dict(type='PackDetInputs',
+                   meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
+                              'scale_factor', 'flip', 'flip_direction'))],
+         ]),
+]

@@ -8,7 +8,12 @@ import onnx
 import pytest
 import torch
 
-from xcit_dense.deploy import ExportError, paste_masks
+from xcit_dense.deploy import (
+    DetectorGraph,
+    ExportError,
+    export_onnx,
+    paste_masks,
+)
 from xcit_dense.deploy.detection_check import compare_detections
 
 from conftest import REPO, run_tool_here
@@ -233,3 +238,21 @@ def test_detections_are_matched_and_only_ties_excused():
         message = 'mask overlaps' if change == 'mask' else 'finds an object'
         with pytest.raises(ExportError, match=message):
             compare_detections(bad, ref, (40, 60), 0.05, 100, 0.5)
+
+
+class ShiftsBoxes(DetectorGraph):
+    """A graph that computes differently from mmdet: boxes 3 px off."""
+
+    def forward(self, image):
+        boxes, scores, labels, probs = super().forward(image)
+        return boxes + 3, scores, labels, probs
+
+
+def test_a_detector_graph_that_differs_is_caught(tmp_path):
+    model = detector_checkpoint(tmp_path, tmp_path)[2]
+    out = tmp_path / 'shifted' / 'x.onnx'
+    with pytest.raises(ExportError, match='The exported detector is wrong: '
+                       'at 64x64 PyTorch finds an object the other does not'):
+        export_onnx(ShiftsBoxes(model), str(out), 1, 64, 64,
+                    log=lambda _: None)
+    assert list(out.parent.iterdir()) == []

@@ -6,16 +6,13 @@ paths call oneDNN operators that ONNX does not have. Nothing is written
 under the requested name until onnxruntime has reproduced PyTorch's outputs
 on every checked size.
 """
-import os
-import os.path as osp
-import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from ..atomic_files import move_into_place
+from ..atomic_files import move_into_place, unverified_file
 from ..errors import ExportError, UserError
 from ..models.policy import fast_path
 from .adaptive_pooling import DECOMPOSITIONS
@@ -93,12 +90,7 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
                         f'time (its number of detections varies per image); '
                         f'got batch {batch}. Run the file once per image, or '
                         'export the backbone and neck for batches.')
-    directory = osp.dirname(osp.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix='.unverified-', suffix='.onnx',
-                                   dir=directory)
-    os.close(fd)
-    try:
+    with unverified_file(path, '.onnx') as partial:
         _export(graph, partial, example_input(graph, batch, height, width),
                 dynamic, opset)
         log(f'exported {type(graph).__name__} (opset {opset}, '
@@ -108,9 +100,6 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
                            verification_sizes(height, width, dynamic), log)
         move_into_place(partial, path)
         return rows
-    finally:
-        if osp.exists(partial):
-            os.remove(partial)
 
 
 def _export(graph: nn.Module, path: str, example: torch.Tensor,

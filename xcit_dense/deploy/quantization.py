@@ -28,14 +28,11 @@ form. What stays in floating point, and why:
   the detector's post-processing (box decoding, ``TopK``,
   ``NonMaxSuppression``, ``RoiAlign``), whose outputs are coordinates.
 """
-import os
-import os.path as osp
-import tempfile
 from typing import Dict, List, Sequence
 
 import numpy as np
 
-from ..atomic_files import move_into_place
+from ..atomic_files import move_into_place, unverified_file
 from ..errors import ExportError
 
 QUANTIZED_OPS = ('Conv', 'ConvTranspose', 'MatMul', 'Gemm')
@@ -197,11 +194,7 @@ def export_int8(fp32_path: str, int8_path: str, graph: str,
     ``check`` images (other images than the calibration ones) and only
     within the budget move it to ``int8_path``. Returns the comparison with
     the nodes kept in floating point."""
-    directory = osp.dirname(osp.abspath(int8_path))
-    fd, partial = tempfile.mkstemp(prefix='.unverified-', suffix='.onnx',
-                                   dir=directory)
-    os.close(fd)
-    try:
+    with unverified_file(int8_path, '.onnx') as partial:
         keep_float = quantize_int8(fp32_path, partial, calibration)
         log(f'quantized to INT8 on {len(calibration)} calibration images; '
             f'kept in floating point: {len(keep_float)} nodes (XCA\'s '
@@ -225,6 +218,3 @@ def export_int8(fp32_path: str, int8_path: str, graph: str,
                 'images (--calib) or keep the fp32 file.')
         move_into_place(partial, int8_path)
         return dict(row, float_nodes=keep_float)
-    finally:
-        if osp.exists(partial):
-            os.remove(partial)

@@ -27,8 +27,11 @@ class ExportedModel:
     scope = ''
 
     def __init__(self, path: str, runtime: str = 'onnxruntime',
-                 threads: Optional[int] = None):
-        self.meta = read_metadata(path)
+                 threads: Optional[int] = None,
+                 meta: Optional[Dict[str, str]] = None):
+        # ``meta``: the file's metadata when the caller has read it already
+        # (reading it parses the whole file)
+        self.meta = read_metadata(path) if meta is None else meta
         _check_graph(path, self.meta, (self.graph, ))
         self.dataset_meta = self._json('dataset_meta')
         if 'palette' in self.dataset_meta:  # colours are tuples, not lists
@@ -126,8 +129,9 @@ def load_exported(path: str, runtime: str = 'onnxruntime',
     """The exported segmentor or detector in ``path``, by the graph its
     metadata names."""
     kinds = {k.graph: k for k in (ExportedSegmentor, ExportedDetector)}
-    graph = _check_graph(path, read_metadata(path), tuple(kinds))
-    return kinds[graph](path, runtime, threads)
+    meta = read_metadata(path)
+    graph = _check_graph(path, meta, tuple(kinds))
+    return kinds[graph](path, runtime, threads, meta)
 
 
 def _check_graph(path: str, meta: Dict[str, str],

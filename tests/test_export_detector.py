@@ -8,6 +8,7 @@ import onnx
 import pytest
 import torch
 
+from xcit_dense.benchmark.builders import sharpen_classifiers
 from xcit_dense.deploy import (
     DetectorGraph,
     ExportError,
@@ -42,9 +43,7 @@ test_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                        dataset=dict(data_root=data_root))
 test_evaluator = dict(ann_file=data_root + 'annotations/val.json')
 """, tmp_path, 'mask_rcnn')
-    with torch.no_grad():
-        model.roi_head.bbox_head.fc_cls.weight.mul_(4)
-        model.rpn_head.rpn_cls.weight.mul_(5)
+    sharpen_classifiers(model)
     checkpoint = tmp_path / 'mask_rcnn.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
     return config, checkpoint, model

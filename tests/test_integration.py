@@ -103,3 +103,22 @@ def test_tools_report_every_package_error_as_one_paragraph(name, capsys):
     assert stop.value.code == 1
     err = capsys.readouterr().err
     assert err == 'error: what was wrong; what is allowed\n'
+
+
+def test_error_raised_in_a_dataloader_worker_keeps_its_paragraph():
+    """PyTorch re-creates a worker's exception in the main process from its
+    type and formatted traceback; the package's errors come out of that with
+    their own paragraph (what the tools print), the traceback kept aside."""
+    from torch._utils import ExceptionWrapper
+
+    from xcit_dense import DataError
+    paragraph = 'a.png: label values [9] beyond the 5 classes;\nallowed: 1..5.'
+    try:
+        raise DataError(paragraph)
+    except DataError:
+        wrapper = ExceptionWrapper(where='in DataLoader worker process 0')
+    with pytest.raises(DataError) as caught:
+        wrapper.reraise()
+    assert str(caught.value) == paragraph
+    assert 'Traceback' in caught.value.worker_traceback
+    assert DataError(paragraph).worker_traceback is None

@@ -15,10 +15,7 @@ from .errors import UserError, XCiTDenseError
 
 def fail(error: BaseException) -> None:
     """Print a one-paragraph error and exit with status 1."""
-    message = str(error)
-    if 'Original Traceback' in message:  # raised in a DataLoader worker
-        message = message.strip().splitlines()[-1].split(': ', 1)[-1]
-    print(f'error: {message}', file=sys.stderr)
+    print(f'error: {error}', file=sys.stderr)
     sys.exit(1)
 
 def run_cli(main) -> None:

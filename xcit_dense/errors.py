@@ -4,7 +4,27 @@ common base, :class:`XCiTDenseError`."""
 
 
 class XCiTDenseError(Exception):
-    """Base of every error the tools report as one paragraph."""
+    """Base of every error the tools report as one paragraph.
+
+    Raised in a DataLoader worker, an error reaches the main process as
+    PyTorch re-creates it there: its type called with the worker's formatted
+    traceback (``torch._utils.ExceptionWrapper.reraise``). The error then
+    keeps that traceback in ``worker_traceback`` and its own paragraph as
+    its message, so that ``str(error)`` is the paragraph wherever it was
+    raised.
+    """
+
+    def __init__(self, message: str = '') -> None:
+        message = str(message)
+        self.worker_traceback = None
+        cls = type(self)
+        if message.startswith(f'Caught {cls.__name__} in DataLoader worker'):
+            # the traceback ends with "<module>.<name>: <the paragraph>"
+            raised = f'\n{cls.__module__}.{cls.__qualname__}: '
+            if raised in message:
+                self.worker_traceback = message
+                message = message.rsplit(raised, 1)[1].strip()
+        super().__init__(message)
 
 
 class UserError(XCiTDenseError):

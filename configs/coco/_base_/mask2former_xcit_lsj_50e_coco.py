@@ -39,6 +39,14 @@ optim_wrapper = dict(
                          query_embed=_embed, query_feat=_embed,
                          level_embed=_embed),
         norm_decay_mult=0.0))
+# Instance segmentation reads the images only: the panoptic maps' directory
+# that mmdet's instance recipe inherits from its panoptic one (and never
+# reads) is dropped, so that the data check does not ask for it.
+train_dataloader = dict(
+    dataset=dict(data_prefix=dict(_delete_=True, img='train2017/')))
+val_dataloader = dict(
+    dataset=dict(data_prefix=dict(_delete_=True, img='val2017/')))
+test_dataloader = val_dataloader
 # mmengine's iteration loop, resumable at any iteration to the same result
 train_cfg = dict(type='xcit_dense.IterBasedTrainLoop')
 # checkpoints written to a temporary name and renamed into place

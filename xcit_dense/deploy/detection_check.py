@@ -51,65 +51,93 @@ def compare_detections(outputs: Sequence[np.ndarray], reference: Dict,
     difference and mask IoU among the matches. Raises :class:`ExportError`
     for an unmatched detection that is not at a tie, or a matched pair whose
     masks differ."""
-    boxes, scores, labels, probs = (torch.from_numpy(np.asarray(o))
-                                    for o in outputs)
-    ref_boxes, ref_scores, ref_labels = (reference['boxes'],
-                                         reference['scores'],
-                                         reference['labels'])
+    exported = dict(zip(('boxes', 'scores', 'labels', 'probs'),
+                        (torch.from_numpy(np.asarray(o)) for o in outputs)))
+    iou, pairs = _match(reference, exported)
+    ties = _count_ties(reference, exported, pairs, size, score_thr,
+                       max_per_img)
+    row = dict(size=tuple(size), detections=len(reference['boxes']),
+               exported=len(exported['boxes']), matched=len(pairs),
+               ties=ties, min_box_iou=1.0, max_score_rel_diff=0.0,
+               min_mask_iou=1.0)
+    if pairs:
+        row.update(_matched_pairs(reference, exported, iou, pairs, size,
+                                  mask_thr))
+    return row
+
+
+def _match(reference: Dict, exported: Dict):
+    """The box IoU matrix and the pairs ``(reference, exported)``, each
+    reference detection (best score first) taking the first free exported
+    one of its label with a close score and box."""
+    ref_boxes, ref_scores = reference['boxes'], reference['scores']
+    boxes, scores = exported['boxes'], exported['scores']
     iou = box_iou(ref_boxes, boxes) if len(boxes) and len(ref_boxes) else \
         torch.zeros(len(ref_boxes), len(boxes))
     close = ((ref_scores[:, None] - scores[None, :]).abs()
              <= SCORE_RTOL * ref_scores.abs()[:, None].clamp(min=1e-12))
     candidates = (iou >= BOX_IOU) & close & \
-        (ref_labels[:, None] == labels[None, :])
+        (reference['labels'][:, None] == exported['labels'][None, :])
     pairs, taken = [], set()
-    for i in range(len(ref_boxes)):  # best reference score first
+    for i in range(len(ref_boxes)):
         for j in candidates[i].nonzero().flatten().tolist():
             if j not in taken:
                 pairs.append((i, j))
                 taken.add(j)
                 break
+    return iou, pairs
+
+
+def _count_ties(reference: Dict, exported: Dict, pairs, size, score_thr,
+                max_per_img) -> int:
+    """How many detections went without a partner, each at a score tie;
+    raises :class:`ExportError` for the first that is not."""
     matched_ref = {i for i, _ in pairs}
-    unmatched = ([('PyTorch', i) for i in range(len(ref_boxes))
-                  if i not in matched_ref] +
-                 [('onnxruntime', j) for j in range(len(boxes))
-                  if j not in taken])
-    row = dict(size=tuple(size), detections=len(ref_boxes),
-               exported=len(boxes), matched=len(pairs), ties=0,
-               min_box_iou=1.0, max_score_rel_diff=0.0, min_mask_iou=1.0)
-    for side, k in unmatched:
-        score, label = ((ref_scores[k], ref_labels[k]) if side == 'PyTorch'
-                        else (scores[k], labels[k]))
-        if not _at_a_tie(float(score), int(label), ref_scores, ref_labels,
-                         score_thr, max_per_img, exclude=(
-                             k if side == 'PyTorch' else None)):
-            box = (ref_boxes if side == 'PyTorch' else boxes)[k].tolist()
+    matched_exp = {j for _, j in pairs}
+    unmatched = ([('PyTorch', reference, k)
+                  for k in range(len(reference['boxes']))
+                  if k not in matched_ref] +
+                 [('onnxruntime', exported, k)
+                  for k in range(len(exported['boxes']))
+                  if k not in matched_exp])
+    for side, found, k in unmatched:
+        score, label = float(found['scores'][k]), int(found['labels'][k])
+        if not _at_a_tie(score, label, reference['scores'],
+                         reference['labels'], score_thr, max_per_img,
+                         exclude=k if side == 'PyTorch' else None):
+            box = [round(v, 1) for v in found['boxes'][k].tolist()]
             raise ExportError(
                 f'The exported detector is wrong: at {size[0]}x{size[1]} '
                 f'{side} finds an object the other does not (label {label}, '
-                f'score {float(score):.6f}, box '
-                f'{[round(v, 1) for v in box]}), and its score ties with '
+                f'score {score:.6f}, box {box}), and its score ties with '
                 'nothing that would explain it.')
-        row['ties'] += 1
-    if pairs:
-        ri, oi = (torch.tensor(v) for v in zip(*pairs))
-        row['min_box_iou'] = float(iou[ri, oi].min())
-        row['max_score_rel_diff'] = float(
-            ((ref_scores[ri] - scores[oi]).abs() /
-             ref_scores[ri].abs().clamp(min=1e-12)).max())
-        masks = paste_masks(probs[oi], boxes[oi], *size, mask_thr)
-        # pixels whose probability ties with the threshold count for neither
-        settled = (paste_probs(probs[oi], boxes[oi], *size) - mask_thr
-                   ).abs() > PROB_ATOL
-        row['min_mask_iou'] = min(
-            _mask_iou(a & s, b & s) for a, b, s in
-            zip(reference['masks'][ri], masks, settled))
-        if row['min_mask_iou'] < MASK_IOU:
-            raise ExportError(
-                f'The exported detector is wrong: at {size[0]}x{size[1]} a '
-                f'mask overlaps PyTorch\'s by IoU {row["min_mask_iou"]:.3f}; '
-                f'at least {MASK_IOU} is required.')
-    return row
+    return len(unmatched)
+
+
+def _matched_pairs(reference: Dict, exported: Dict, iou: torch.Tensor,
+                   pairs, size, mask_thr: float) -> Dict:
+    """The worst box IoU, score difference and mask IoU of the matched
+    pairs; raises :class:`ExportError` when a mask IoU is below
+    :data:`MASK_IOU`."""
+    ri, oi = (torch.tensor(v) for v in zip(*pairs))
+    ref_scores, probs, boxes = (reference['scores'], exported['probs'][oi],
+                                exported['boxes'][oi])
+    masks = paste_masks(probs, boxes, *size, mask_thr)
+    # pixels whose probability ties with the threshold count for neither
+    settled = (paste_probs(probs, boxes, *size) - mask_thr).abs() > PROB_ATOL
+    stats = dict(
+        min_box_iou=float(iou[ri, oi].min()),
+        max_score_rel_diff=float(
+            ((ref_scores[ri] - exported['scores'][oi]).abs() /
+             ref_scores[ri].abs().clamp(min=1e-12)).max()),
+        min_mask_iou=min(_mask_iou(a & s, b & s) for a, b, s in
+                         zip(reference['masks'][ri], masks, settled)))
+    if stats['min_mask_iou'] < MASK_IOU:
+        raise ExportError(
+            f'The exported detector is wrong: at {size[0]}x{size[1]} a '
+            f'mask overlaps PyTorch\'s by IoU {stats["min_mask_iou"]:.3f}; '
+            f'at least {MASK_IOU} is required.')
+    return stats
 
 
 def _at_a_tie(score: float, label: int, ref_scores: torch.Tensor,

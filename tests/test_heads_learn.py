@@ -2,7 +2,8 @@
 own optimizer (our constructor with the recipe's rules): a few steps on one
 small batch of shapes bring its loss well down. Cascade Mask R-CNN and
 Mask2Former (COCO instances, ADE20K); the backbone shrunk to 4 blocks and
-the heads to fewer RoIs / queries, as in the config tests."""
+the heads to fewer RoIs / queries, as in the config tests. The Mask2Former
+demo configs train and test through tools/ on the tiny synthetic data."""
 import copy
 
 import pytest
@@ -11,7 +12,7 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 
-from conftest import REPO
+from conftest import REPO, run_tool_here
 from test_ade20k import _sample as seg_sample
 from test_ade20k import shrink_mask2former
 from test_coco_configs import _sample as det_sample
@@ -86,3 +87,50 @@ def test_head_family_learns(case):
         losses.append(loss.item())
     # the mean of the last three steps well below the first step's loss
     assert sum(losses[-3:]) / 3 < 0.7 * losses[0], (case, losses)
+
+
+#: demo config, the data fixture, the metric tools/test.py prints
+DEMOS = {
+    'coco': ('coco/demo_mask2former_xcit_nano_synthetic.py', 'tiny_coco',
+             'coco/segm_mAP'),
+    'ade20k': ('ade20k/demo_mask2former_xcit_nano_synthetic.py',
+               'tiny_ade20k', 'mIoU'),
+}
+
+
+@pytest.mark.parametrize('demo', DEMOS)
+def test_mask2former_demo_trains_and_tests_through_the_tools(
+        demo, request, tmp_path):
+    """The Mask2Former demos on the tiny data: tools/train.py for two
+    iterations (the recipe's data check, loop, hooks and checkpoint), then
+    tools/test.py on its checkpoint, with the demo's evaluator."""
+    path, fixture, metric = DEMOS[demo]
+    root = request.getfixturevalue(fixture)
+    head = 'panoptic_head' if demo == 'coco' else 'decode_head'
+    config = tmp_path / 'demo.py'
+    config.write_text(f"""
+_base_ = r'{REPO / 'configs' / path}'
+model = dict(
+    backbone=dict(depth=4, out_indices=(0, 1, 2, 3)),
+    {head}=dict(num_queries=10,
+                transformer_decoder=dict(num_layers=3),
+                pixel_decoder=dict(encoder=dict(num_layers=1))))
+train_dataloader = dict(batch_size=2, num_workers=0,
+                        persistent_workers=False,
+                        dataset=dict(data_root=r'{root}'))
+val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
+                      dataset=dict(data_root=r'{root}'))
+test_dataloader = val_dataloader
+max_iters = 2
+train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
+default_hooks = dict(checkpoint=dict(interval=max_iters))
+""" + (f"val_evaluator = dict(ann_file=r'{root}/annotations/val.json')\n"
+       "test_evaluator = val_evaluator\n" if demo == 'coco' else ''))
+    work = tmp_path / 'work'
+    proc = run_tool_here('tools/train.py', config, '--work-dir', work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert metric in proc.stdout + proc.stderr
+    proc = run_tool_here('tools/test.py', config, work / 'iter_2.pth',
+                         '--work-dir', tmp_path / 'test')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert metric in proc.stdout + proc.stderr

@@ -1,0 +1,50 @@
+# Mask2Former semantic segmentation on the embedded demo data
+# (_base_/demo_data_synthetic_ade20k.py, the data of the UperNet demo) with
+# XCiT-N12/16 trained from scratch, on CPU: the recipe of
+# _base_/mask2former_xcit_160k_ade20k.py (mmseg's Mask2Former head, mmdet's
+# pixel decoder, losses, matcher and AdamW with its clipping) to show the
+# head family learning. What differs is for a 2-core CPU and a backbone
+# without pretraining: 128x128 crops, 5 classes, 20 queries, mask-loss
+# points for 32x32 mask logits, the backbone at the full lr, a higher lr, a
+# short schedule.
+_base_ = ['./_base_/mask2former_xcit_160k_ade20k.py',
+          './_base_/demo_data_synthetic_ade20k.py']
+
+data_root = {{_base_.demo_data_root}}
+metainfo = {{_base_.demo_metainfo}}
+crop_size = {{_base_.demo_crop_size}}
+num_classes = 5  # background, disc, square, triangle, stripes
+
+model = dict(
+    data_preprocessor=dict(size=crop_size),
+    backbone=dict(arch='nano_12_p16', drop_path_rate=0., init_cfg=None),
+    decode_head=dict(
+        in_channels=[128] * 4, num_queries=20, num_classes=num_classes,
+        loss_cls=dict(class_weight=[1.0] * num_classes + [0.1]),
+        train_cfg=dict(num_points=32 * 32)))
+
+train_pipeline = {{_base_.demo_train_pipeline}}
+test_pipeline = {{_base_.demo_test_pipeline}}
+train_dataloader = {{_base_.demo_train_dataloader}}
+val_dataloader = {{_base_.demo_val_dataloader}}
+test_dataloader = val_dataloader
+val_evaluator = {{_base_.demo_val_evaluator}}
+test_evaluator = val_evaluator
+
+max_iters = 600
+train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
+optim_wrapper = dict(
+    optimizer=dict(lr=5e-4),
+    paramwise_cfg=dict(custom_keys=dict(backbone=dict(lr_mult=1.0))))
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0,
+         end=50),
+    dict(type='PolyLR', power=0.9, eta_min=0.0, by_epoch=False, begin=50,
+         end=max_iters),
+]
+default_hooks = dict(
+    logger=dict(interval=25),
+    checkpoint=dict(by_epoch=False, interval=max_iters, max_keep_ckpts=1,
+                    save_best=None))
+log_processor = dict(by_epoch=False, window_size=25)
+randomness = dict(seed=0)

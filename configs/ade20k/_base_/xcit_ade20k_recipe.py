@@ -7,27 +7,16 @@
 _base_ = [
     'mmseg::_base_/datasets/ade20k.py',
     'mmseg::_base_/default_runtime.py',
+    '../../_base_/xcit_backbone.py',
 ]
 custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
 
 crop_size = (512, 512)
-# used as `backbone` and `optim_wrapper` by the recipes (replacing mmseg's)
-xcit_backbone = dict(
-    _delete_=True,
-    type='xcit_dense.XCiT',
-    arch='small_12_p16',
-    drop_path_rate=0.05,
-    eta=1.0,
-    # torch.compile with dynamic shapes on GPUs (whole-image test sizes vary),
-    # eager on the CPU: the measured policy of xcit_dense/models/policy.py.
-    compile_cfg='auto',
-    init_cfg=dict(
-        type='Pretrained',
-        checkpoint='https://dl.fbaipublicfiles.com/xcit/'
-        'xcit_small_12_p16_384_dist.pth'))
 
 train_dataloader = dict(batch_size=2, num_workers=2)
 
+# the recipes' `optim_wrapper` (replacing mmseg's); their backbone is
+# `xcit_backbone` of ../../_base_/xcit_backbone.py
 xcit_optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
@@ -38,10 +27,6 @@ xcit_optim_wrapper = dict(
 # SyncBN in every BatchNorm when distributed on GPUs, as mmseg's heads
 # (tools/train.py keeps BatchNorm on CPU, where SyncBN cannot run).
 sync_bn = 'torch'
-# Published (mmseg 0.11) checkpoints converted on loading, every loaded
-# checkpoint checked strictly; a checkpoint on SIGTERM / SIGINT / SIGUSR1
-# (tools/*.py add these to configs that lack them).
-custom_hooks = [
-    dict(type='xcit_dense.CheckpointImportHook'),
-    dict(type='xcit_dense.PreemptionHook', signal='SIGUSR1'),
-]
+# published (mmseg 0.11) checkpoints converted on loading, every loaded one
+# checked strictly; a checkpoint on SIGTERM / SIGINT / SIGUSR1
+custom_hooks = {{_base_.xcit_custom_hooks}}

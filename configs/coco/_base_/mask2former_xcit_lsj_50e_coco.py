@@ -10,22 +10,12 @@
 # data has no panoptic annotations. No XCiT result has been published for
 # this head. Per-model files change only the preset, the head input
 # channels, drop path and eta.
-_base_ = ['mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py']
+_base_ = ['mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
+          '../../_base_/xcit_backbone.py']
 custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
 
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='xcit_dense.XCiT',
-        arch='small_12_p16',
-        drop_path_rate=0.05,
-        eta=1.0,
-        # torch.compile with dynamic shapes on GPUs, eager on the CPU
-        compile_cfg='auto',
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='https://dl.fbaipublicfiles.com/xcit/'
-            'xcit_small_12_p16_384_dist.pth')),
+    backbone={{_base_.xcit_backbone}},
     panoptic_head=dict(in_channels=[384] * 4),
     init_cfg=None)
 
@@ -54,7 +44,4 @@ default_hooks = dict(
     checkpoint=dict(backend_args=dict(backend='atomic_local')))
 # every loaded checkpoint checked strictly; a checkpoint on SIGTERM / SIGINT
 # / SIGUSR1
-custom_hooks = [
-    dict(type='xcit_dense.CheckpointImportHook'),
-    dict(type='xcit_dense.PreemptionHook', signal='SIGUSR1'),
-]
+custom_hooks = {{_base_.xcit_custom_hooks}}

@@ -7,27 +7,13 @@ _base_ = [
     'mmdet::_base_/datasets/coco_instance.py',
     'mmdet::_base_/schedules/schedule_1x.py',
     'mmdet::_base_/default_runtime.py',
+    '../../_base_/xcit_backbone.py',
 ]
 custom_imports = dict(imports=['xcit_dense', 'xcit_dense.tta'],
                       allow_failed_imports=False)
 
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='xcit_dense.XCiT',
-        arch='small_12_p16',
-        drop_path_rate=0.05,
-        eta=1.0,
-        # out_indices default to the published taps: (3, 5, 7, 11) for depth
-        # 12, (7, 11, 15, 23) for depth 24.
-        # torch.compile with dynamic shapes on GPUs (multi-scale training
-        # changes the size every batch), eager on the CPU: the measured
-        # policy of xcit_dense/models/policy.py.
-        compile_cfg='auto',
-        init_cfg=dict(
-            type='Pretrained',
-            checkpoint='https://dl.fbaipublicfiles.com/xcit/'
-            'xcit_small_12_p16_384_dist.pth')),
+    backbone={{_base_.xcit_backbone}},
     # One FPN input per pyramid level (strides 4, 8, 16, 32), each embed_dim
     # wide; the RoI extractors of the base model already use these strides.
     neck=dict(in_channels=[384, 384, 384, 384]))
@@ -87,13 +73,9 @@ auto_scale_lr = dict(enable=False, base_batch_size=16)
 # SyncBN in the backbone's BatchNorms when distributed on GPUs (tools/train.py
 # keeps BatchNorm on CPU, where SyncBN cannot run).
 sync_bn = 'torch'
-# Published (mmdet 2.11) checkpoints converted on loading, every loaded
-# checkpoint checked strictly; a checkpoint on SIGTERM / SIGINT / SIGUSR1
-# (tools/*.py add these to configs that lack them).
-custom_hooks = [
-    dict(type='xcit_dense.CheckpointImportHook'),
-    dict(type='xcit_dense.PreemptionHook', signal='SIGUSR1'),
-]
+# published (mmdet 2.11) checkpoints converted on loading, every loaded one
+# checked strictly; a checkpoint on SIGTERM / SIGINT / SIGUSR1
+custom_hooks = {{_base_.xcit_custom_hooks}}
 # checkpoints written to a temporary name and renamed into place
 default_hooks = dict(
     checkpoint=dict(backend_args=dict(backend='atomic_local')))

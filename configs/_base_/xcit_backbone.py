@@ -1,0 +1,34 @@
+# What every XCiT recipe (COCO and ADE20K, each head) starts from, as
+# variables that no mmdet or mmseg base defines, so that a recipe inherits
+# this file beside its toolkit's bases and uses them by name:
+# `backbone={{_base_.xcit_backbone}}`, `custom_hooks =
+# {{_base_.xcit_custom_hooks}}`. Per-model files change the preset, drop
+# path, eta and ImageNet checkpoint.
+
+# XCiT-S12/16 from the ImageNet-1k weights of the published training command
+# (384 px, distilled; facebookresearch/xcit detection and semantic
+# segmentation READMEs). Its out_indices default to the published taps:
+# (3, 5, 7, 11) for depth 12, (7, 11, 15, 23) for depth 24, one per pyramid
+# level (strides 4, 8, 16, 32), each embed_dim wide.
+xcit_backbone = dict(
+    _delete_=True,
+    type='xcit_dense.XCiT',
+    arch='small_12_p16',
+    drop_path_rate=0.05,
+    eta=1.0,
+    # torch.compile with dynamic shapes on GPUs (multi-scale training and
+    # whole-image tests change the size every batch), eager on the CPU: the
+    # measured policy of xcit_dense/models/policy.py.
+    compile_cfg='auto',
+    init_cfg=dict(
+        type='Pretrained',
+        checkpoint='https://dl.fbaipublicfiles.com/xcit/'
+        'xcit_small_12_p16_384_dist.pth'))
+
+# Published (mmdet 2.11 / mmseg 0.11) checkpoints converted on loading, every
+# loaded checkpoint checked strictly; a checkpoint on SIGTERM / SIGINT /
+# SIGUSR1 (tools/*.py add these to configs that lack them).
+xcit_custom_hooks = [
+    dict(type='xcit_dense.CheckpointImportHook'),
+    dict(type='xcit_dense.PreemptionHook', signal='SIGUSR1'),
+]

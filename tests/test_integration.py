@@ -122,3 +122,18 @@ def test_error_raised_in_a_dataloader_worker_keeps_its_paragraph():
     assert str(caught.value) == paragraph
     assert 'Traceback' in caught.value.worker_traceback
     assert DataError(paragraph).worker_traceback is None
+
+
+def test_use_toolkit_registers_its_modules_and_refuses_other_scopes():
+    from mmengine.registry import DefaultScope
+
+    from xcit_dense.errors import UserError
+    from xcit_dense.toolkits import use_toolkit
+    registry = use_toolkit('mmseg')
+    assert DefaultScope.get_current_instance().scope_name == 'mmseg'
+    assert registry.DATASETS.get('ADE20KDataset').__module__.startswith(
+        'mmseg.')
+    assert use_toolkit('mmdet').MODELS.get('MaskRCNN') is not None
+    assert DefaultScope.get_current_instance().scope_name == 'mmdet'
+    with pytest.raises(UserError, match="default_scope='mmpretrain'"):
+        use_toolkit('mmpretrain')

@@ -76,16 +76,12 @@ def step(msg):
 
 def build_model(config: str):
     """The detector / segmentor of ``config``, randomly initialised."""
-    from mmengine.registry import init_default_scope
+    from xcit_dense.toolkits import use_toolkit
     cfg = load_config(config)
     if cfg.model.get('backbone', {}).get('init_cfg'):
         cfg.model.backbone.init_cfg = None
-    init_default_scope(cfg.get('default_scope', 'mmdet'))
-    if cfg.get('default_scope') == 'mmseg':
-        from mmseg.registry import MODELS
-    else:
-        from mmdet.registry import MODELS
-    return MODELS.build(cfg.model)
+    return use_toolkit(cfg.get('default_scope', 'mmdet')).MODELS.build(
+        cfg.model)
 
 
 def convert_whole_model(args, raw):

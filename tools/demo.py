@@ -94,8 +94,8 @@ def draw(args, image, visualizer_cfg, dataset_meta, result, scope,
     """Draw ``result`` with the scope's visualizer as its tools do: boxes
     and masks scoring at least --score-thr, or the label map at
     --opacity."""
-    import importlib
-    visualizers = importlib.import_module(f'{scope}.registry').VISUALIZERS
+    from xcit_dense.toolkits import use_toolkit
+    visualizers = use_toolkit(scope).VISUALIZERS
     visualizer = visualizers.build(visualizer_cfg)
     visualizer.dataset_meta = dataset_meta
     if scope == 'mmdet':

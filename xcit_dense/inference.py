@@ -6,8 +6,6 @@ from typing import Optional
 
 import torch
 
-from .errors import UserError
-
 
 def init_model(cfg, checkpoint: Optional[str], device: str = 'cpu'):
     """The config's detector or segmentor as mmdet's ``init_detector`` /
@@ -20,14 +18,13 @@ def init_model(cfg, checkpoint: Optional[str], device: str = 'cpu'):
     import warnings
 
     from .checkpoint.published import load_model_checkpoint
+    from .toolkits import use_toolkit
     scope = cfg.get('default_scope')
+    use_toolkit(scope)  # refuses other scopes
     if scope == 'mmdet':
         from mmdet.apis import init_detector as init
-    elif scope == 'mmseg':
-        from mmseg.apis import init_model as init
     else:
-        raise UserError(f'The config has default_scope={scope!r}; tools of '
-                        'this project take mmdet or mmseg configs.')
+        from mmseg.apis import init_model as init
     backbone = cfg.model.get('backbone') or {}
     if checkpoint is not None and backbone.get('init_cfg'):
         backbone.init_cfg = None  # the weights come from the checkpoint

@@ -17,15 +17,14 @@ def build_backbone(base: str, variants: set, device: str):
                     fast_path=False if 'reference' in variants else
                     'always' if 'always' in variants else True)
     if base in ('swin_t', 'r50'):
-        from mmdet.registry import MODELS
-        from mmengine.registry import init_default_scope
-        init_default_scope('mmdet')
+        from ..toolkits import use_toolkit
+        models = use_toolkit('mmdet').MODELS
         if base == 'swin_t':
-            return MODELS.build(dict(
+            return models.build(dict(
                 type='SwinTransformer', embed_dims=96, depths=[2, 2, 6, 2],
                 num_heads=[3, 6, 12, 24], window_size=7,
                 out_indices=(0, 1, 2, 3)))
-        return MODELS.build(dict(type='ResNet', depth=50,
+        return models.build(dict(type='ResNet', depth=50,
                                  out_indices=(0, 1, 2, 3)))
     import timm
     arch = {'vit_s16': 'vit_small_patch16_224',
@@ -37,21 +36,18 @@ def build_backbone(base: str, variants: set, device: str):
 
 
 def build_detector(base: str, variants: set):
-    from mmdet.utils import register_all_modules
     from mmengine.config import Config
     from mmengine.hub import get_config
-    from mmengine.registry import init_default_scope
-    register_all_modules()
-    from mmdet.registry import MODELS
 
+    from ..toolkits import use_toolkit
     path = config_path(DETECTORS[base])
     cfg = get_config(path) if '::' in path else Config.fromfile(path)
-    init_default_scope('mmdet')
+    models = use_toolkit('mmdet').MODELS
     cfg.model.backbone.init_cfg = None  # random weights, no download
     cfg.model.test_cfg.rcnn.score_thr = 0.0  # 100 detections per image
     if 'reference' in variants:
         cfg.model.backbone.update(fast_path=False, compile_cfg=None)
-    model = MODELS.build(cfg.model)
+    model = models.build(cfg.model)
     if 'bf16' in variants:  # the networks in bf16, all between them fp32
         import torch
 
@@ -89,19 +85,17 @@ def build_segmentor(base: str, variants: set, device: str):
     """The mmseg model of a segmentor config (for training steps), random
     weights; SyncBN as BatchNorm on the CPU."""
     from mmengine.config import Config
-    from mmengine.registry import init_default_scope
-    from mmseg.registry import MODELS
-    from mmseg.utils import register_all_modules
-    register_all_modules()
+
     from ..runner import replace_syncbn
+    from ..toolkits import use_toolkit
     cfg = Config.fromfile(config_path(SEGMENTORS[base]))
-    init_default_scope('mmseg')
+    models = use_toolkit('mmseg').MODELS
     cfg.model.backbone.init_cfg = None  # random weights, no download
     if 'reference' in variants:
         cfg.model.backbone.update(fast_path=False, compile_cfg=None)
     if device == 'cpu':
         replace_syncbn(cfg.model)
-    return MODELS.build(cfg.model)
+    return models.build(cfg.model)
 
 
 def build_segmentor_graph(base: str, variants: set):

@@ -47,10 +47,10 @@ class ExportedModel:
     def _pipeline(self, transforms):
         """The test pipeline without its label loading, as mmdet's
         ``inference_detector`` and mmseg's ``inference_model`` use it."""
-        import importlib
-
         from mmcv.transforms import Compose
-        importlib.import_module(f'{self.scope}.utils').register_all_modules()
+
+        from ..toolkits import use_toolkit
+        use_toolkit(self.scope)
         return Compose([_tuples(t) for t in transforms
                         if t.get('type') != 'LoadAnnotations'])
 

@@ -89,13 +89,8 @@ def dataset_images(cfg, count: int) -> List[np.ndarray]:
     """The first ``count`` images of the config's test dataset as its test
     pipeline gives them, each ``(1, 3, H, W)`` float32: what the exported
     whole model takes."""
-    import importlib
-
-    from mmengine.registry import init_default_scope
-    scope = cfg.default_scope
-    importlib.import_module(f'{scope}.utils').register_all_modules(False)
-    init_default_scope(scope)
-    datasets = importlib.import_module(f'{scope}.registry').DATASETS
+    from ..toolkits import use_toolkit
+    datasets = use_toolkit(cfg.default_scope).DATASETS
     dataset = datasets.build(cfg.test_dataloader.dataset)
     return [dataset[i]['inputs'][None].float().numpy()
             for i in range(min(count, len(dataset)))]

@@ -1,0 +1,23 @@
+"""The toolkit a config belongs to (its ``default_scope``: mmdet or mmseg),
+made ready as that toolkit's own tools make it ready before they build
+anything from a config."""
+import importlib
+from types import ModuleType
+
+from .errors import UserError
+
+TOOLKITS = ('mmdet', 'mmseg')
+
+
+def use_toolkit(scope: str) -> ModuleType:
+    """Register every module of ``scope`` (its ``utils.register_all_modules``),
+    make it mmengine's default scope and return its ``registry`` module
+    (``MODELS``, ``DATASETS``, ``VISUALIZERS`` ...)."""
+    if scope not in TOOLKITS:
+        raise UserError(f'The config has default_scope={scope!r}; tools of '
+                        'this project take mmdet or mmseg configs.')
+    from mmengine.registry import init_default_scope
+    importlib.import_module(f'{scope}.utils').register_all_modules(
+        init_default_scope=False)
+    init_default_scope(scope)
+    return importlib.import_module(f'{scope}.registry')

@@ -1,6 +1,5 @@
 """Every COCO config loads, builds and runs a training and an inference step
 on a tiny input on the CPU (the backbone shrunk to 4 blocks)."""
-import copy
 
 import pytest
 import torch
@@ -9,6 +8,7 @@ from mmengine.registry import init_default_scope
 from mmengine.structures import InstanceData
 
 from conftest import REPO
+from shrink import shrunk
 
 ALL = sorted((REPO / 'configs' / 'coco').glob('*.py'))
 MASK2FORMER = [p for p in ALL if 'mask2former_' in p.name]
@@ -68,10 +68,6 @@ def _sample(h, w, num_classes):
     return sample
 
 
-def _stages(value):
-    return value if isinstance(value, list) else [value]
-
-
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.name)
 def test_config_builds_trains_and_predicts(path):
     from mmdet.registry import MODELS
@@ -82,17 +78,7 @@ def test_config_builds_trains_and_predicts(path):
     from xcit_dense import ARCH_SETTINGS
     dim = ARCH_SETTINGS[backbone.arch]['embed_dim']
     assert cfg.model.neck.in_channels == [dim] * 4
-    # shrink for speed: 4 blocks, no pretrained file
-    model_cfg = copy.deepcopy(cfg.model)
-    model_cfg.backbone.update(depth=4, out_indices=(0, 1, 2, 3),
-                              init_cfg=None)
-    # and the heads: fewer RoIs, narrower box heads (a cascade has three)
-    model_cfg.train_cfg.rpn_proposal.max_per_img = 64
-    model_cfg.test_cfg.rpn.max_per_img = 64
-    for stage in _stages(model_cfg.train_cfg.rcnn):
-        stage.sampler.num = 32
-    for head in _stages(model_cfg.roi_head.bbox_head):
-        head.update(conv_out_channels=32, fc_out_channels=64)
+    model_cfg = shrunk(cfg.model)
     from xcit_dense.runner import replace_syncbn
     replace_syncbn(model_cfg)  # as tools/*.py do on the CPU
     init_default_scope('mmdet')
@@ -131,22 +117,14 @@ def test_mask2former_config_builds_trains_and_predicts(path):
     queries, layers and loss points), without the 1024x1024 batch padding
     of LSJ."""
     from mmdet.registry import MODELS
-
-    from test_ade20k import shrink_mask2former
     cfg = Config.fromfile(str(path))
     mask_rcnn = Config.fromfile(str(path.parent / path.name.replace(
         'mask2former_', 'mask_rcnn_').replace('_lsj_50e_', '_3x_')))
     assert cfg.model.backbone == mask_rcnn.model.backbone
     dim = mask_rcnn.model.neck.in_channels
     assert cfg.model.panoptic_head.in_channels == dim
-    model_cfg = copy.deepcopy(cfg.model)
-    model_cfg.backbone.update(depth=4, out_indices=(0, 1, 2, 3),
-                              init_cfg=None)
-    model_cfg.data_preprocessor.batch_augments = None
-    shrink_mask2former(model_cfg.panoptic_head)
-    model_cfg.train_cfg.num_points = 256
     init_default_scope('mmdet')
-    model = MODELS.build(model_cfg)
+    model = MODELS.build(shrunk(cfg.model))
     model.init_weights()
     _trains_and_predicts(model, model.panoptic_head.num_things_classes)
 
@@ -157,15 +135,10 @@ def test_mask2former_optimizer_as_the_swin_recipe():
     without weight decay at the full lr; the rest as configured."""
     from mmdet.registry import MODELS
     from mmengine.optim import build_optim_wrapper
-
-    from test_ade20k import shrink_mask2former
     cfg = Config.fromfile(str(REPO / 'configs' / 'coco' /
                               'mask2former_xcit_s12_p16_lsj_50e_coco.py'))
-    cfg.model.backbone.update(depth=4, out_indices=(0, 1, 2, 3),
-                              init_cfg=None)
-    shrink_mask2former(cfg.model.panoptic_head)
     init_default_scope('mmdet')
-    model = MODELS.build(cfg.model)
+    model = MODELS.build(shrunk(cfg.model))
     wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     group_of = {id(p): g for g in wrapper.optimizer.param_groups
                 for p in g['params']}

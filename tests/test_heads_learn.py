@@ -13,10 +13,9 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 
 from conftest import REPO, run_tool_here
+from shrink import shrunk
 from test_ade20k import _sample as seg_sample
-from test_ade20k import shrink_mask2former
 from test_coco_configs import _sample as det_sample
-from test_coco_configs import _stages
 
 #: config, optimizer steps
 CASES = {
@@ -28,28 +27,14 @@ CASES = {
 
 
 def shrunk_model(cfg):
-    scope = cfg.default_scope
-    model_cfg = copy.deepcopy(cfg.model)
-    model_cfg.backbone.update(depth=4, out_indices=(0, 1, 2, 3),
-                              init_cfg=None, drop_path_rate=0.)
-    head = model_cfg.get('panoptic_head') or model_cfg.get('decode_head')
-    if model_cfg.get('roi_head'):
-        model_cfg.train_cfg.rpn_proposal.max_per_img = 64
-        for stage in _stages(model_cfg.train_cfg.rcnn):
-            stage.sampler.num = 32
-        for box_head in _stages(model_cfg.roi_head.bbox_head):
-            box_head.update(conv_out_channels=32, fc_out_channels=64,
-                            norm_cfg=dict(type='BN', requires_grad=True))
-        model_cfg.roi_head.mask_head.conv_out_channels = 32
-    else:
-        shrink_mask2former(head)
-        if scope == 'mmdet':
-            model_cfg.train_cfg.num_points = 256
-            model_cfg.data_preprocessor.batch_augments = None
-        else:
-            model_cfg.data_preprocessor.size = (64, 96)
-    init_default_scope(scope)
-    registry = __import__(f'{scope}.registry', fromlist=['MODELS']).MODELS
+    """The config's model shrunk as in the config tests, without drop path,
+    SyncBN as BatchNorm (as tools/*.py on the CPU)."""
+    from xcit_dense.runner import replace_syncbn
+    model_cfg = shrunk(cfg.model, drop_path_rate=0.)
+    replace_syncbn(model_cfg)
+    init_default_scope(cfg.default_scope)
+    registry = __import__(f'{cfg.default_scope}.registry',
+                          fromlist=['MODELS']).MODELS
     return registry.build(model_cfg)
 
 

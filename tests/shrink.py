@@ -1,0 +1,47 @@
+"""A config's detector or segmentor shrunk for a test on the CPU: the same
+modules and code paths as the config builds, a fraction of the time."""
+import copy
+
+
+def _stages(value):
+    return value if isinstance(value, list) else [value]
+
+
+def shrink_mask2former(head):
+    """Fewer queries, decoder and pixel-decoder layers and loss points: the
+    same modules and code paths, a fraction of the time."""
+    if head.type.split('.')[-1] != 'Mask2FormerHead':
+        return
+    head.num_queries = 10
+    head.transformer_decoder.num_layers = head.num_transformer_feat_level
+    head.pixel_decoder.encoder.num_layers = 1
+    if 'train_cfg' in head:  # mmseg's; mmdet's is the detector's
+        head.train_cfg.num_points = 256
+
+
+def shrunk(model_cfg, **backbone):
+    """A copy of ``model_cfg`` with the backbone at 4 blocks (a pyramid tap
+    after each) without a pretrained file (``backbone``: more of its
+    settings); a two-stage detector with fewer RoIs and narrower box and
+    mask heads (each stage of a cascade); Mask2Former with fewer queries,
+    layers and loss points and no batch padding to 1024 (LSJ); a
+    segmentor's crops at 64x96."""
+    cfg = copy.deepcopy(model_cfg)
+    cfg.backbone.update(depth=4, out_indices=(0, 1, 2, 3), init_cfg=None,
+                        **backbone)
+    if cfg.get('roi_head'):
+        cfg.train_cfg.rpn_proposal.max_per_img = 64
+        cfg.test_cfg.rpn.max_per_img = 64
+        for stage in _stages(cfg.train_cfg.rcnn):
+            stage.sampler.num = 32
+        for head in _stages(cfg.roi_head.bbox_head):
+            head.update(conv_out_channels=32, fc_out_channels=64)
+        cfg.roi_head.mask_head.conv_out_channels = 32
+    elif cfg.get('panoptic_head'):  # mmdet's Mask2Former
+        shrink_mask2former(cfg.panoptic_head)
+        cfg.train_cfg.num_points = 256
+        cfg.data_preprocessor.batch_augments = None
+    else:  # a segmentor
+        shrink_mask2former(cfg.decode_head)
+        cfg.data_preprocessor.size = (64, 96)
+    return cfg

@@ -1,6 +1,6 @@
 """Detection test-time augmentation (xcit_dense/tta.py, tools/test.py
 --tta): boxes merged as mmdet's DetTTAModel merges them, masks flipped back
-and voted; the recipe's TTA through tools/test.py on the tiny COCO data."""
+and voted; the recipes' TTA through tools/test.py on the tiny COCO data."""
 import pytest
 import torch
 from mmdet.models.test_time_augs import DetTTAModel
@@ -82,13 +82,25 @@ model = dict(
 """
 
 
-@pytest.mark.parametrize('head', ['mask_rcnn', 'cascade'])
+MASK2FORMER = f"""
+_base_ = r'{REPO}/configs/coco/demo_mask2former_xcit_nano_synthetic.py'
+model = dict(
+    backbone=dict({', '.join(f'{k}={v!r}' for k, v in TINY.items())}),
+    panoptic_head=dict(in_channels=[32] * 4, num_queries=10,
+                       transformer_decoder=dict(num_layers=3),
+                       pixel_decoder=dict(encoder=dict(num_layers=1))))
+"""
+HEADS = {'mask_rcnn': MASK_RCNN, 'cascade': CASCADE,
+         'mask2former': MASK2FORMER}
+
+
+@pytest.mark.parametrize('head', HEADS)
 def test_test_tool_tta(tmp_path, tiny_coco, head):
     """The demo's TTA (three scales, flipped and not) through tools/test.py
-    --tta, for Mask R-CNN and Cascade Mask R-CNN (whose mask head mmdet
-    would try to unflip itself, failing)."""
+    --tta, for Mask R-CNN, Cascade Mask R-CNN (whose mask head mmdet would
+    try to unflip itself, failing) and Mask2Former."""
     config = tmp_path / 'tta.py'
-    config.write_text((MASK_RCNN if head == 'mask_rcnn' else CASCADE) + f"""
+    config.write_text(HEADS[head] + f"""
 data_root = '{tiny_coco}/'
 test_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                        dataset=dict(data_root=data_root))

@@ -52,3 +52,4 @@ default_hooks = dict(
                     save_last=True))
 log_processor = dict(by_epoch=False, window_size=25)
 randomness = dict(seed=0)
+tta_pipeline = {{_base_.demo_tta_pipeline}}

@@ -11,8 +11,10 @@
 # this head. Per-model files change only the preset, the head input
 # channels, drop path and eta.
 _base_ = ['mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
-          '../../_base_/xcit_backbone.py']
-custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
+          '../../_base_/xcit_backbone.py',
+          './instance_seg_tta.py']  # tools/test.py --tta
+custom_imports = dict(imports=['xcit_dense', 'xcit_dense.tta'],
+                      allow_failed_imports=False)
 
 model = dict(
     backbone={{_base_.xcit_backbone}},

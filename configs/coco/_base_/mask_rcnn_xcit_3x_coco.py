@@ -8,6 +8,7 @@ _base_ = [
     'mmdet::_base_/schedules/schedule_1x.py',
     'mmdet::_base_/default_runtime.py',
     '../../_base_/xcit_backbone.py',
+    './instance_seg_tta.py',  # tools/test.py --tta
 ]
 custom_imports = dict(imports=['xcit_dense', 'xcit_dense.tta'],
                       allow_failed_imports=False)
@@ -79,23 +80,3 @@ custom_hooks = {{_base_.xcit_custom_hooks}}
 # checkpoints written to a temporary name and renamed into place
 default_hooks = dict(
     checkpoint=dict(backend_args=dict(backend='atomic_local')))
-
-# Test-time augmentation (tools/test.py --tta, as mmdet's): the image at three
-# scales, each as it is and flipped; boxes merged as mmdet's DetTTAModel
-# merges them, masks by a score-weighted vote (xcit_dense/tta.py).
-tta_model = dict(
-    type='xcit_dense.InstanceSegTTAModel',
-    tta_cfg=dict(nms=dict(type='nms', iou_threshold=0.5), max_per_img=100))
-tta_pipeline = [
-    dict(type='LoadImageFromFile', backend_args={{_base_.backend_args}}),
-    dict(type='TestTimeAug',
-         transforms=[
-             [dict(type='Resize', scale=(1333, s), keep_ratio=True)
-              for s in (640, 800, 960)],
-             [dict(type='RandomFlip', prob=1.),
-              dict(type='RandomFlip', prob=0.)],
-             [dict(type='PackDetInputs',
-                   meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                              'scale_factor', 'flip', 'flip_direction'))],
-         ]),
-]

@@ -10,7 +10,6 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
-from mmengine.registry import init_default_scope
 
 from conftest import REPO, run_tool_here
 from shrink import shrunk
@@ -30,12 +29,10 @@ def shrunk_model(cfg):
     """The config's model shrunk as in the config tests, without drop path,
     SyncBN as BatchNorm (as tools/*.py on the CPU)."""
     from xcit_dense.runner import replace_syncbn
+    from xcit_dense.toolkits import use_toolkit
     model_cfg = shrunk(cfg.model, drop_path_rate=0.)
     replace_syncbn(model_cfg)
-    init_default_scope(cfg.default_scope)
-    registry = __import__(f'{cfg.default_scope}.registry',
-                          fromlist=['MODELS']).MODELS
-    return registry.build(model_cfg)
+    return use_toolkit(cfg.default_scope).MODELS.build(model_cfg)
 
 
 @pytest.mark.parametrize('case', CASES)

@@ -137,3 +137,7 @@ def test_use_toolkit_registers_its_modules_and_refuses_other_scopes():
     assert DefaultScope.get_current_instance().scope_name == 'mmdet'
     with pytest.raises(UserError, match="default_scope='mmpretrain'"):
         use_toolkit('mmpretrain')
+    from xcit_dense.inference import init_model
+    with pytest.raises(UserError, match="default_scope='mmpretrain'"):
+        init_model(Config(dict(default_scope='mmpretrain', model=dict())),
+                   None)

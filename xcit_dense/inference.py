@@ -18,10 +18,9 @@ def init_model(cfg, checkpoint: Optional[str], device: str = 'cpu'):
     import warnings
 
     from .checkpoint.published import load_model_checkpoint
-    from .toolkits import use_toolkit
-    scope = cfg.get('default_scope')
-    use_toolkit(scope)  # refuses other scopes
-    if scope == 'mmdet':
+    from .toolkits import check_toolkit
+    # mmdet's init_detector / mmseg's init_model set up the toolkit
+    if check_toolkit(cfg.get('default_scope')) == 'mmdet':
         from mmdet.apis import init_detector as init
     else:
         from mmseg.apis import init_model as init

@@ -9,13 +9,20 @@ from .errors import UserError
 TOOLKITS = ('mmdet', 'mmseg')
 
 
+def check_toolkit(scope: str) -> str:
+    """``scope`` when it is one of :data:`TOOLKITS`; a :class:`UserError`
+    paragraph otherwise."""
+    if scope not in TOOLKITS:
+        raise UserError(f'The config has default_scope={scope!r}; tools of '
+                        'this project take mmdet or mmseg configs.')
+    return scope
+
+
 def use_toolkit(scope: str) -> ModuleType:
     """Register every module of ``scope`` (its ``utils.register_all_modules``),
     make it mmengine's default scope and return its ``registry`` module
     (``MODELS``, ``DATASETS``, ``VISUALIZERS`` ...)."""
-    if scope not in TOOLKITS:
-        raise UserError(f'The config has default_scope={scope!r}; tools of '
-                        'this project take mmdet or mmseg configs.')
+    check_toolkit(scope)
     from mmengine.registry import init_default_scope
     importlib.import_module(f'{scope}.utils').register_all_modules(
         init_default_scope=False)

@@ -425,6 +425,68 @@ def test_compile_cfg_traces_one_graph():
     assert_grads_close(grads, ref_grads)
 
 
+def _failing_at_compile(gm, example_inputs):
+    raise RuntimeError('the compiler failed')
+
+
+def _failing_at_run_time(gm, example_inputs):
+    def run(*args):
+        raise RuntimeError('the compiled kernel failed')
+    return run
+
+
+@pytest.mark.parametrize('backend', [_failing_at_compile,
+                                     _failing_at_run_time])
+def test_failed_compile_runs_eagerly_and_says_so_once(backend):
+    """A compiler that fails, compiling or running its graph, never ends a
+    run: the backbone returns the eager outputs, logs one warning naming
+    the error and the switch, and does not try again."""
+    import logging
+
+    from mmengine.logging import MMLogger
+    records = []
+    logger = MMLogger.get_instance('test_failed_compile')  # the current one
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    torch._dynamo.reset()
+    model = randomized(compile_cfg=dict(backend=backend)).train()
+    x = torch.randn(2, 3, 64, 96)
+    try:
+        for _ in range(2):
+            outs, grads = _loss_and_grads(model, model, x)
+    finally:
+        logger.removeHandler(handler)
+    ref_model = copy.deepcopy(model)
+    ref_model.compile_cfg = None
+    ref_outs, ref_grads = _loss_and_grads(ref_model, ref_model, x)
+    assert_outputs_close(outs, ref_outs)
+    assert_grads_close(grads, ref_grads)
+    messages = [r.getMessage() for r in records
+                if r.levelno == logging.WARNING]
+    assert len(messages) == 1, messages
+    assert 'torch.compile of the backbone failed' in messages[0]
+    assert 'compile_cfg=None' in messages[0]
+    assert model.compile_failure.startswith(
+        'BackendCompilerFailed' if backend is _failing_at_compile
+        else 'RuntimeError')
+
+
+def test_model_errors_are_not_taken_for_compiler_failures():
+    """An error of the model itself (here a block that raises) is raised as
+    it is, and compilation is not switched off for it."""
+    class Broken(nn.Module):
+        def forward(self, x, H, W):
+            raise ValueError('this block is broken')
+
+    torch._dynamo.reset()
+    model = randomized(compile_cfg=dict(backend='eager'))
+    model.blocks[1] = Broken()
+    with pytest.raises(ValueError, match='this block is broken'):
+        model(torch.randn(1, 3, 64, 64))
+    assert model.compile_failure is None
+
+
 @pytest.mark.parametrize('value', ['yes', 3])
 def test_compile_cfg_rejects_bad_values(value):
     with pytest.raises(ValueError, match='compile_cfg must be None, a bool'):

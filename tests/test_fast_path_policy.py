@@ -6,6 +6,8 @@ device and whether ``torch.compile`` traces. The CPU runs here; the CUDA
 column is checked as a table here and on a GPU by ``tests/test_cuda.py``.
 Modules are observed through the method each fast path calls.
 """
+import copy
+
 import pytest
 import torch
 
@@ -164,11 +166,13 @@ def test_one_api_for_the_three_switches():
     assert policy.SWITCHES == policy.Switches()
 
 
-def test_compile_auto_is_eager_on_the_cpu_and_dynamic_on_cuda():
+def test_compile_auto_is_eager_where_compiling_was_not_measured_faster():
+    """'auto' follows policy.COMPILE: empty since compiling was measured
+    slower than eager on an H100 (and failed on the Mask R-CNN recipe);
+    an explicit ``compile_cfg`` compiles on every device."""
     model = randomized(compile_cfg='auto').eval()
-    assert model.compile_options('cpu') is None
-    assert model.compile_options('cuda') == dict(dynamic=True)
-    assert model.compile_options('mps') is None
+    for device in ('cpu', 'cuda', 'mps'):
+        assert model.compile_options(device) is None, device
     with torch.no_grad():
         assert_outputs_close(model(X), reference(model, X))
     assert '_compiled_forward' not in model.__dict__  # eager
@@ -186,8 +190,8 @@ def test_recipes_compile_where_the_policy_says():
 
 
 def test_dynamic_compile_traces_once_for_several_sizes():
-    """``dynamic=True`` (what 'auto' uses on CUDA): multi-scale training's
-    changing sizes reuse one graph instead of one compile per size. Traced
+    """``dynamic=True``: multi-scale training's changing sizes reuse one
+    graph instead of one compile per size. Traced
     by dynamo alone (a backend that runs the traced graph as it is): its
     guards decide this, not the code generator."""
     graphs = []
@@ -207,13 +211,16 @@ def test_dynamic_compile_traces_once_for_several_sizes():
     assert len(graphs) == 1, f'{len(graphs)} compilations for 3 sizes'
 
 
-def test_lpi_weight_gradients_in_the_parameters_strides():
-    """The channels-last fast path hands the depth-wise weights' gradients
-    back in the parameters' own strides, as DistributedDataParallel's
-    buckets expect (else it copies them every step and warns 'Grad strides
-    do not match bucket view strides')."""
-    model = randomized().train()
-    with fast_path('always'):
+@pytest.mark.parametrize('setting', ['always', False])
+def test_gradients_in_the_parameters_strides(setting):
+    """Every gradient reaches its parameter in the parameter's own strides,
+    as DistributedDataParallel's buckets expect (else it copies them every
+    step and warns 'Grad strides do not match bucket view strides'): the
+    depth-wise and 1x1 convolutions on channels-last maps return theirs in
+    other strides (ops/grad_layout.py), on either path, and in a copy of
+    the model too."""
+    model = copy.deepcopy(randomized().train())
+    with fast_path(setting):
         sum(o.sum() for o in model(X)).backward()
     for name, p in model.named_parameters():
         assert p.grad.stride() == p.stride(), (name, p.grad.stride(),

@@ -16,9 +16,10 @@ xcit_backbone = dict(
     arch='small_12_p16',
     drop_path_rate=0.05,
     eta=1.0,
-    # torch.compile with dynamic shapes on GPUs (multi-scale training and
-    # whole-image tests change the size every batch), eager on the CPU: the
-    # measured policy of xcit_dense/models/policy.py.
+    # compiled where compiling was measured faster than eager (the policy's
+    # COMPILE in xcit_dense/models/policy.py: no device today, so eager on
+    # the CPU and on GPUs); compile_cfg=True or a dict of torch.compile
+    # arguments opts in, and a failed compile falls back to eager.
     compile_cfg='auto',
     init_cfg=dict(
         type='Pretrained',

@@ -13,18 +13,21 @@ own ``forward`` says.
 It imports neither mmdet nor mmsegmentation; both build it through the
 ``xcit_dense`` registry scope (``dict(type='xcit_dense.XCiT', ...)``).
 """
+import logging
+from contextlib import nullcontext
 from functools import partial
 from typing import List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-from mmengine.logging import MMLogger
+from mmengine.logging import MMLogger, print_log
 from mmengine.model import BaseModule
 from timm.layers import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..registry import MODELS
 from .block import XCABlock
+from .ops.grad_layout import keep_grad_layouts
 from .policy import check_setting as check_fast_path_setting
 from .policy import compile_options
 from .positional_encoding import CachedFourierEncoding
@@ -87,10 +90,11 @@ class XCiT(BaseModule):
             forward with ``torch.compile`` on its first call: ``True`` for
             the defaults, a dict of ``torch.compile`` arguments (``mode``,
             ``dynamic``, ``backend``, ...), or ``'auto'``: compiled where
-            the measured policy says it pays, with its arguments
-            (``xcit_dense.models.policy.COMPILE``: on CUDA with dynamic
-            shapes), eager elsewhere (the CPU). The recipes use ``'auto'``.
-            Defaults to None (eager).
+            compiling was measured faster and passed the tests
+            (``xcit_dense.models.policy.COMPILE``: no device today), eager
+            elsewhere. The recipes use ``'auto'``. If compiling or running
+            the compiled forward fails, the backbone logs one warning and
+            runs eagerly from then on. Defaults to None (eager).
         autocast_dtype (str, optional): ``'bfloat16'`` or ``'float16'``:
             run the backbone under ``torch.autocast`` of the input's device
             and return float32 maps, so the neck and heads stay in fp32 (on
@@ -149,6 +153,7 @@ class XCiT(BaseModule):
         self.norm_cfg = dict(norm_cfg)
         self.autocast_dtype = autocast_dtype
         self.compile_cfg = normalized_compile_cfg(compile_cfg)
+        self.compile_failure: Optional[str] = None
 
         self.patch_embed = ConvPatchEmbed(
             patch_size=self.patch_size, in_chans=in_channels, embed_dim=dim,
@@ -201,6 +206,8 @@ class XCiT(BaseModule):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """NCHW images -> 4 NCHW maps of strides 4, 8, 16, 32; level ``i``
         of an ``H x W`` input is ``ceil(H / s_i) x ceil(W / s_i)``."""
+        if torch.is_grad_enabled():  # DDP's buckets: see ops/grad_layout.py
+            keep_grad_layouts(self)
         if self.autocast_dtype is not None and \
                 not torch.is_autocast_enabled(x.device.type):
             with torch.autocast(x.device.type,
@@ -212,19 +219,35 @@ class XCiT(BaseModule):
     def _forward_maybe_compiled(
             self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         options = self.compile_options(x.device.type)
-        if options is not None and not torch.compiler.is_compiling():
-            compiled = self.__dict__.get('_compiled_forward')
-            if compiled is None:  # compiled lazily, on the first call
-                compiled = torch.compile(type(self)._forward_pyramid,
-                                         **options)
-                self.__dict__['_compiled_forward'] = compiled
-            return compiled(self, x)
-        return self._forward_pyramid(x)
+        if options is None or torch.compiler.is_compiling():
+            return self._forward_pyramid(x)
+        compiled = self.__dict__.get('_compiled_forward')
+        if compiled is None:  # compiled lazily, on the first call
+            compiled = torch.compile(type(self)._forward_pyramid, **options)
+            self.__dict__['_compiled_forward'] = compiled
+        try:
+            with _backward_compiled_with_forward():
+                return compiled(self, x)
+        except Exception as error:  # the compiler's failure, or the model's
+            failure = f'{type(error).__name__}: {_first_line(error)}'
+        # the eager forward decides: if it fails too, its error is the
+        # model's own and is raised alone; if it runs, compiling stops here
+        outs = self._forward_pyramid(x)
+        self.compile_failure = failure
+        print_log(
+            f'XCiT: torch.compile of the backbone failed ({failure}); the '
+            f'backbone runs eagerly from now on. Set '
+            f'model.backbone.compile_cfg=None to skip compiling.',
+            logger='current', level=logging.WARNING)
+        return outs
 
     def compile_options(self, device_type: str) -> Optional[dict]:
         """The ``torch.compile`` arguments of a forward on
         ``device_type``, or ``None`` (eager): ``compile_cfg``, with
-        ``'auto'`` resolved by the policy."""
+        ``'auto'`` resolved by the policy; ``None`` once compiling has
+        failed (its error is kept in ``compile_failure``)."""
+        if self.compile_failure is not None:
+            return None
         if self.compile_cfg == 'auto':
             return compile_options(device_type)
         return self.compile_cfg
@@ -332,6 +355,24 @@ class XCiT(BaseModule):
             self._is_init = True
             return
         super().init_weights()
+
+
+def _backward_compiled_with_forward():
+    """AOTAutograd compiles a graph's backward on its first use, inside
+    ``loss.backward()``, where a compiler failure could only end the run;
+    compiled with the forward instead, it fails where the backbone falls
+    back (a no-op on a PyTorch without the switch)."""
+    config = torch._functorch.config
+    if not hasattr(config, 'force_non_lazy_backward_lowering'):
+        return nullcontext()
+    return config.patch(force_non_lazy_backward_lowering=True)
+
+
+def _first_line(error: BaseException) -> str:
+    """The first non-empty line of ``error``'s message (Inductor's run to
+    hundreds of lines)."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    return next((line for line in lines if line), '(no message)')
 
 
 def _init_linear(module: nn.Module) -> None:

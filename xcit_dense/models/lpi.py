@@ -9,7 +9,6 @@ from timm.models.xcit import LPI as TimmLPI
 from . import policy
 from .ops import onednn
 from .ops.folding import fold_scale
-from .ops.grad_layout import with_own_grad_layout
 
 
 class LPI(TimmLPI):
@@ -21,9 +20,7 @@ class LPI(TimmLPI):
     run on a channels-last *view* of the (B, N, C) tokens (no NCHW copies),
     with the activation fused into the first on oneDNN; in
     :meth:`residual_forward` the layer scale is folded into the second and,
-    in inference, the residual added inside it. The weights' gradients come
-    back in the parameters' own strides (:mod:`.ops.grad_layout`), as
-    DistributedDataParallel's buckets expect.
+    in inference, the residual added inside it.
     """
     use_fast_path = True
 
@@ -68,14 +65,13 @@ class LPI(TimmLPI):
         y = y.reshape(B, H, W, C).permute(0, 3, 1, 2)  # NCHW, channels-last
         conv1, conv2 = self.conv1, self.conv2
         act = 'gelu' if policy.is_exact_gelu(self.act) else None
-        y = onednn.conv2d(y, with_own_grad_layout(conv1.weight), conv1.bias,
+        y = onednn.conv2d(y, conv1.weight, conv1.bias,
                           conv1.stride, conv1.padding, conv1.groups, act=act,
                           backend=backend)
         if act is None:
             y = self.act(y)
         y = self.bn(y)
-        weight, bias = fold_scale(with_own_grad_layout(conv2.weight),
-                                  conv2.bias, gamma)
+        weight, bias = fold_scale(conv2.weight, conv2.bias, gamma)
         args = (conv2.stride, conv2.padding, conv2.groups)
         if residual is not None and backend == 'fused':
             x_map = residual.reshape(B, H, W, C).permute(0, 3, 1, 2)

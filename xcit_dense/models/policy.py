@@ -53,13 +53,14 @@ _COMPILED = frozenset({COMPILED})
 #: ``make gpu-report``).
 #:
 #: CUDA: at detection sizes (800x1344, batch 1, H100, fp32) the eager fast
-#: paths took 29.2 ms against 18.8 ms for the straightforward computation:
-#: the eager forward is bound by kernel launches and the fast paths launch
-#: more, smaller kernels (XCA's C x C algebra, the folding of layer scales
-#: and BatchNorm on every call). Compiled, Inductor fuses those and they ran
-#: in 12.9 ms. Eager CUDA therefore runs the straightforward computation,
-#: except the positional encoding's cache, which only skips work (identical
-#: values, no extra kernels).
+#: paths took 29.4 ms against 16.2 ms for the straightforward computation
+#: (``policy_probe.py``, PyTorch 2.11): the eager forward is bound by kernel
+#: launches and the fast paths launch more, smaller kernels (XCA's C x C
+#: algebra, the folding of layer scales and BatchNorm on every call). Eager
+#: CUDA therefore runs the straightforward computation, except the
+#: positional encoding's cache, which only skips work (identical values, no
+#: extra kernels). Under ``torch.compile`` (opt-in on CUDA, see
+#: :data:`COMPILE`) Inductor fuses the fast paths' small kernels.
 POLICY: Dict[str, Dict[str, FrozenSet[str]]] = {
     'ConvPatchEmbed': dict(cpu=_BOTH, cuda=_COMPILED),
     'CachedFourierEncoding': dict(cpu=_BOTH, cuda=_BOTH),
@@ -71,12 +72,16 @@ POLICY: Dict[str, Dict[str, FrozenSet[str]]] = {
 }
 
 #: ``XCiT(compile_cfg='auto')``: the ``torch.compile`` arguments per device
-#: type; a device type not listed runs eagerly. Dynamic shapes: multi-scale
-#: training changes the image size every batch, and a shape-specialised
-#: graph would be recompiled for every new size. The CPU stays eager (a
+#: type where compiling was measured faster than eager and passed the tests;
+#: a device type not listed runs eagerly. None is listed today. CPU: a
 #: compile takes minutes on a small CPU, and the eager fast paths are the
-#: measured CPU baseline).
-COMPILE: Dict[str, dict] = dict(cuda=dict(dynamic=True))
+#: measured CPU baseline. CUDA (H100, PyTorch 2.11, XCiT-S12/16 at
+#: 800x1344): with dynamic shapes the compiled inference took 14.6 ms
+#: against 12.7 ms eager, and Inductor failed to compile the training graph
+#: of the Mask R-CNN recipe (docs/performance.md, "GPU"). Compilation stays
+#: available, opt-in: ``compile_cfg=True`` or a dict of arguments.
+COMPILE: Dict[str, dict] = {}
+
 
 @dataclass
 class Switches:

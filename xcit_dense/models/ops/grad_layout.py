@@ -1,34 +1,65 @@
-"""A parameter whose gradient comes back in the parameter's own strides.
+"""Gradients handed to the parameters in the parameters' own strides.
 
 A convolution on channels-last maps returns its weight gradient in
 channels-last strides. For a depth-wise weight (C, 1, 3, 3) those are
-(9, 1, 3, 1) where the parameter has (9, 9, 3, 1): the same memory order
-(dimension 1 has size 1), so autograd's layout contract accepts the gradient
-as it is, but DistributedDataParallel compares strides exactly and copies it
-into its bucket, warning ``Grad strides do not match bucket view strides``.
+(9, 1, 3, 1) where the parameter has (9, 9, 3, 1); for a 1x1 weight
+(O, I, 1, 1), (I, 1, I, I) where the parameter has (I, 1, 1, 1). The memory
+order is the same (the dimensions that differ have size 1), so autograd's
+layout contract accepts such a gradient as it is, but
+DistributedDataParallel compares strides exactly, copies the gradient into
+its bucket on every step and warns ``Grad strides do not match bucket view
+strides``. XCiT's maps are channels-last views of its (B, N, C) tokens in
+the straightforward computation and the fast paths alike (LPI's depth-wise
+convolutions, the positional encoding's 1x1 projection), on the CPU and on
+CUDA.
+
+:func:`keep_grad_layouts` gives each such parameter a gradient hook that
+re-strides what arrives before it is accumulated: the computation itself is
+untouched, whichever module (the model's own, a subclass, a replacement)
+produced the gradient.
 """
+import weakref
+from typing import Dict
+
 import torch
+import torch.nn as nn
+
+# the parameters that have the hook, by id (a tensor's == is elementwise,
+# so no weak set): a copied model (deepcopy, pickling) has new parameters
+# without hooks, which get theirs on its next forward
+_HOOKED: Dict[int, 'weakref.ref[torch.Tensor]'] = {}
 
 
-class _OwnGradLayout(torch.autograd.Function):
+def _may_arrive_in_other_strides(param: torch.Tensor) -> bool:
+    """Gradients that differ from ``param`` only in the strides of size-1
+    dimensions pass autograd's layout contract as they are; any other
+    difference autograd itself copies into the parameter's strides."""
+    return param.requires_grad and param.dim() > 1 and 1 in param.shape
 
-    @staticmethod
-    def forward(ctx, param):
-        ctx.stride = param.stride()
-        return param.view_as(param)
 
-    @staticmethod
-    def backward(ctx, grad):
-        if grad.stride() == ctx.stride:
+def _restride_hook(param: torch.Tensor):
+    ref = weakref.ref(param)
+
+    def restride(grad: torch.Tensor) -> torch.Tensor:
+        target = ref()
+        if target is None or grad.stride() == target.stride():
             return grad
-        return grad.new_empty_strided(grad.shape, ctx.stride).copy_(grad)
+        return grad.new_empty_strided(grad.shape,
+                                      target.stride()).copy_(grad)
+
+    return restride
 
 
-def with_own_grad_layout(param: torch.Tensor) -> torch.Tensor:
-    """``param`` for a computation whose gradient may come back in other
-    strides (a convolution on channels-last maps): the gradient is handed to
-    ``param`` in ``param``'s own strides. Without autograd, ``param``
-    itself."""
-    if not (param.requires_grad and torch.is_grad_enabled()):
-        return param
-    return _OwnGradLayout.apply(param)
+def keep_grad_layouts(module: nn.Module) -> None:
+    """Give every parameter of ``module`` whose gradient may arrive in other
+    strides a hook that hands it over in the parameter's own (idempotent,
+    cheap: called on every training forward)."""
+    for param in module.parameters():
+        hooked = _HOOKED.get(id(param))
+        if (hooked is not None and hooked() is param) or \
+                not _may_arrive_in_other_strides(param):
+            continue
+        param.register_hook(_restride_hook(param))
+        key = id(param)
+        _HOOKED[key] = weakref.ref(param, lambda _, key=key: _HOOKED.pop(
+            key, None))

@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 DEMO_COCO := configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py
 DEMO_ADE20K := configs/ade20k/demo_upernet_xcit_nano_synthetic.py
 
-.PHONY: install demo demo-coco demo-ade20k test gpu-report wheelhouse
+.PHONY: install demo demo-coco demo-ade20k test gpu-report wheelhouse \
+	gpu-report-tests gpu-report-probe gpu-report-backbone gpu-report-heads \
+	gpu-report-table
 
 install:
 	@VENV=$(VENV) bash tools/setup_env.sh
@@ -32,33 +34,75 @@ test: install
 	OMP_NUM_THREADS=1 $(PY) -m pytest tests -n auto --dist loadfile \
 	    --durations=15
 
-# On a machine with an NVIDIA GPU: the CUDA tests, the per-part probe behind
-# the fast-path policy, then tools/benchmark.py --device cuda for the backbone
-# (eager, compiled, fast_path=False; fp32 and AMP; inference and training) and
-# the Mask R-CNN / UperNet training steps; tables in $(GPU_REPORT).
+# On a machine with an NVIDIA GPU, in steps that each fit 10 minutes on one
+# H100 (STEP=tests, probe, backbone, heads or table; default: all, in that
+# order), each writing its rows under $(GPU_REPORT)/ as they come:
+#   tests     tests/test_cuda.py, every traceback and duration (tests.log)
+#   probe     where the time goes: each part's fast path on and off alone
+#             (policy_probe.json, the CUDA column of the policy), kernel
+#             launches against GPU time, CUDA graphs and static compilation
+#             (launch_probe.jsonl)
+#   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
+#             straightforward, default, every fast path, compiled; fp32 and
+#             AMP; inference (batch 1, 2) and training steps
+#   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
+#             steps against their fast_path=False baselines
+#   table     the README's GPU table from the rows above (table.md)
 GPU_REPORT ?= work_dirs/gpu_report
+GPU_STEPS := tests probe backbone heads table
+STEP ?= all
+GPU_BENCH := $(PY) tools/benchmark.py --device cuda --repeat 20 --warmup 3
+
 gpu-report: install
 	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make gpu-report: PyTorch sees no CUDA device on this machine")'
-	$(PY) -m pytest tests/test_cuda.py -rs --durations=10
-	$(PY) docs/benchmark/gpu/policy_probe.py --compile --out $(GPU_REPORT)/probe.json
-	$(PY) tools/benchmark.py --device cuda --out-dir $(GPU_REPORT)/backbone \
+	@for step in $(if $(filter all,$(STEP)),$(GPU_STEPS),$(STEP)); do \
+	    case " $(GPU_STEPS) " in *" $$step "*) ;; \
+	    *) echo "make gpu-report: STEP=$$step is not a step; steps: $(GPU_STEPS) (or all)"; exit 2;; esac; \
+	    echo "[gpu-report] $$step -> $(GPU_REPORT)"; \
+	    $(MAKE) --no-print-directory gpu-report-$$step || exit 1; done
+
+gpu-report-tests:
+	@mkdir -p $(GPU_REPORT)
+	$(PY) -m pytest tests/test_cuda.py -rA --durations=0 -p no:cacheprovider \
+	    > $(GPU_REPORT)/tests.log 2>&1; status=$$?; \
+	    tail -n 30 $(GPU_REPORT)/tests.log; exit $$status
+
+gpu-report-probe:
+	@mkdir -p $(GPU_REPORT)
+	$(PY) docs/benchmark/gpu/policy_probe.py --out $(GPU_REPORT)/policy_probe.json
+	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT)
+
+gpu-report-backbone:
+	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone --sizes 800x1344 \
 	    --models xcit_small_12_p16@reference xcit_small_12_p16 \
-	    xcit_small_12_p16@always xcit_small_12_p16@always+amp \
-	    xcit_small_12_p16@compile xcit_small_12_p16@reference+amp \
-	    xcit_small_12_p16@amp xcit_small_12_p16@compile+amp \
-	    --sizes 512x512 800x1344 1600x2688 --batch 1 2 --modes infer train \
-	    --repeat 20 --warmup 3
-	$(PY) tools/benchmark.py --device cuda --out-dir $(GPU_REPORT)/heads \
+	    xcit_small_12_p16@always xcit_small_12_p16@reference+amp \
+	    xcit_small_12_p16@amp xcit_small_12_p16@compile \
+	    --batch 1 2 --modes infer train
+
+gpu-report-heads:
+	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \
 	    --models mask_rcnn_xcit_s12@reference+amp mask_rcnn_xcit_s12@amp \
-	    --sizes 800x1344 --batch 2 --modes train --repeat 20 --warmup 5
-	$(PY) tools/benchmark.py --device cuda --out-dir $(GPU_REPORT)/heads_ade20k \
+	    mask_rcnn_swin_t@amp --batch 2 --modes train
+	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads_ade20k --sizes 512x512 \
 	    --models upernet_xcit_s12@reference+amp upernet_xcit_s12@amp \
-	    --sizes 512x512 --batch 2 --modes train --repeat 20 --warmup 5
+	    --batch 2 --modes train
+
+gpu-report-table:
+	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) | tee $(GPU_REPORT)/table.md
 
 # On a machine with network: the wheels of the stack (PyTorch excluded) and
 # mmcv's source, for `WHEELHOUSE=$(WHEELHOUSE) PYTHON=... make test` on an
-# offline GPU node whose Python has PyTorch (see tools/make_wheelhouse.sh).
+# offline GPU node whose Python has PyTorch (see tools/make_wheelhouse.sh);
+# on a GPU machine also the mmcv it built with CUDA ops, which nodes with the
+# same PyTorch, CUDA, GPUs and Python install instead of building it.
 WHEELHOUSE ?= wheelhouse
 wheelhouse:
 	WHEELHOUSE= VENV=$(VENV) bash tools/setup_env.sh
 	PY=$(PY) bash tools/make_wheelhouse.sh $(WHEELHOUSE)
+
+# Offline, on the GPU node whose set-up built mmcv with its CUDA ops: add
+# that wheel and what it was built for to the wheelhouse, so that the
+# cluster's other nodes install it instead of building it.
+.PHONY: wheelhouse-mmcv
+wheelhouse-mmcv:
+	PY=$(PY) bash tools/make_wheelhouse.sh --mmcv-only $(WHEELHOUSE)

@@ -220,13 +220,25 @@ def _log_ticks(ax):
     return ticks, [f'{t:g}' for t in ticks]
 
 
+def machine(device: str) -> dict:
+    """What the figures were measured with: PyTorch, and on CUDA the GPU
+    and the CUDA release."""
+    import torch
+    found = dict(torch=torch.__version__)
+    if device == 'cuda':
+        found.update(gpu=torch.cuda.get_device_name(),
+                     cuda=torch.version.cuda)
+    return found
+
+
 def write_outputs(runs, matmul, args):
     """Write the three outputs from ``runs`` (rows by measurement, one per
     round)."""
     results = [combine(rounds) for rounds in runs.values()]
     with open(osp.join(args.out_dir, 'results.json'), 'w') as f:
         json.dump(dict(matmul=matmul, threads=args.threads,
-                       device=args.device, argv=sys.argv[1:],
+                       device=args.device, machine=machine(args.device),
+                       argv=sys.argv[1:],
                        results=results,
                        all_rounds=[r for rs in runs.values() for r in rs]),
                   f, indent=1)

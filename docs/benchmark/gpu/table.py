@@ -1,0 +1,81 @@
+"""The README's GPU table from ``make gpu-report``'s rows.
+
+Reads ``tools/benchmark.py``'s ``results.json`` in each step's folder of the
+report (``backbone/``, ``heads/``, ``heads_ade20k/``) and prints one
+markdown table: every measured row with its time, its speed-up and peak
+memory against the straightforward computation of the same precision in the
+same run (``@reference`` / ``@reference+amp``), and the achieved TFLOP/s
+beside the GPU's measured matmul rate; above it, the GPU, PyTorch, CUDA and
+the command. Rows that failed show their error. Run::
+
+    python docs/benchmark/gpu/table.py work_dirs/gpu_report > table.md
+"""
+import json
+import os.path as osp
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
+    osp.abspath(__file__))))))
+
+from xcit_dense.benchmark.report import ratio_rows  # noqa: E402
+
+STEPS = ('backbone', 'heads', 'heads_ade20k')
+
+
+def load(report: str):
+    """The step folders' ``results.json`` that exist, by step."""
+    found = {}
+    for step in STEPS:
+        path = osp.join(report, step, 'results.json')
+        if osp.isfile(path):
+            with open(path) as f:
+                found[step] = json.load(f)
+    return found
+
+
+def _tflops(r) -> str:
+    rate = r.get('achieved_gflops_per_s')
+    return '' if rate is None else f'{rate / 1e3:.1f}'
+
+
+def table(report: str) -> str:
+    runs = load(report)
+    if not runs:
+        raise SystemExit(f'{report}: no results.json under '
+                         f'{", ".join(STEPS)} (run make gpu-report first)')
+    lines = []
+    for step, run in runs.items():
+        machine = run.get('machine', {})
+        matmul = run['matmul']
+        lines += [
+            f'**{step}**: {machine.get("gpu", run["device"])}, PyTorch '
+            f'{machine.get("torch", "?")}, CUDA {machine.get("cuda", "?")}; '
+            f'matmul fp32 {matmul["fp32_gflops_per_s"] / 1e3:.1f} TFLOP/s, '
+            f'bf16 {matmul["bf16_gflops_per_s"] / 1e3:.1f} TFLOP/s; '
+            f'`python tools/benchmark.py {" ".join(run["argv"])}`', '',
+            '| model | input | batch | mode | time (ms) | vs straightforward '
+            '| peak mem (GiB) | mem vs straightforward | achieved TFLOP/s |',
+            '|' + ' --- |' * 9]
+        ratios = {(r['model'], r['size'], r['batch'], r['mode']): r
+                  for r in ratio_rows(run['results'])}
+        for r in run['results']:
+            size = f'{r["h"]}x{r["w"]}'
+            head = f'| {r["model"]} | {size} | {r["batch"]} | {r["mode"]} |'
+            if 'error' in r:
+                lines.append(f'{head} failed: {r["error"][:80]} | | | | |')
+                continue
+            ratio = ratios.get((r['model'], size, r['batch'], r['mode']))
+            lines.append(
+                f'{head} {1e3 * r["seconds"]:.1f} | '
+                + (f'{ratio["speedup"]:.2f}x' if ratio else '') + ' | '
+                f'{r["peak_mem_gib"]:.2f} | '
+                + (f'{ratio["peak_mem_ratio"]:.2f}' if ratio else '') + ' | '
+                f'{_tflops(r)} |')
+        lines.append('')
+    return '\n'.join(lines)
+
+
+if __name__ == '__main__':
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    print(table(sys.argv[1]))

@@ -1,0 +1,63 @@
+"""``make gpu-report``'s plumbing, on the CPU: its steps exist and each
+runs what it says, and the README's GPU table is generated from the steps'
+rows (the measurements themselves need a GPU: tests/test_cuda.py)."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import REPO, run_tool_here
+
+STEPS = {
+    'tests': 'tests/test_cuda.py',
+    'probe': 'docs/benchmark/gpu/launch_probe.py',
+    'backbone': 'xcit_small_12_p16@reference',
+    'heads': 'mask_rcnn_swin_t@amp',
+    'table': 'docs/benchmark/gpu/table.py',
+}
+
+
+@pytest.mark.parametrize('step', STEPS)
+def test_each_step_runs_what_it_says(step):
+    proc = subprocess.run(['make', '-n', f'gpu-report-{step}',
+                           'PY=python'], cwd=REPO, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert STEPS[step] in proc.stdout
+
+
+def _row(model, seconds, peak, **extra):
+    return dict(model=model, h=800, w=1344, batch=1, mode='infer',
+                seconds=seconds, peak_mem_gib=peak, activation_mem_gib=peak,
+                images_per_s=1 / seconds, first_call_s=1.0, **extra)
+
+
+def test_table_from_the_steps_rows(tmp_path):
+    run = dict(
+        matmul=dict(fp32_gflops_per_s=49433.0, bf16_gflops_per_s=663527.0),
+        threads=16, device='cuda', argv=['--device', 'cuda', '--sizes',
+                                         '800x1344'],
+        machine=dict(gpu='NVIDIA H100 80GB HBM3', torch='2.11.0+cu130',
+                     cuda='13.0'),
+        results=[_row('xcit_small_12_p16@reference', 0.0166, 0.40,
+                      achieved_gflops_per_s=13900.0),
+                 _row('xcit_small_12_p16', 0.0083, 0.30),
+                 dict(model='xcit_small_12_p16@compile', h=800, w=1344,
+                      batch=1, mode='infer', error='InductorError: boom')])
+    (tmp_path / 'backbone').mkdir()
+    (tmp_path / 'backbone' / 'results.json').write_text(json.dumps(run))
+    proc = run_tool_here('docs/benchmark/gpu/table.py', tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert ('**backbone**: NVIDIA H100 80GB HBM3, PyTorch 2.11.0+cu130, '
+            'CUDA 13.0; matmul fp32 49.4 TFLOP/s, bf16 663.5 TFLOP/s; '
+            '`python tools/benchmark.py --device cuda --sizes 800x1344`'
+            in out)
+    assert ('| xcit_small_12_p16@reference | 800x1344 | 1 | infer | 16.6 |'
+            '  | 0.40 |  | 13.9 |') in out
+    assert ('| xcit_small_12_p16 | 800x1344 | 1 | infer | 8.3 | 2.00x | '
+            '0.30 | 0.75 |  |') in out
+    assert '| xcit_small_12_p16@compile | 800x1344 | 1 | infer | failed: ' \
+        'InductorError: boom |' in out
+    empty = run_tool_here('docs/benchmark/gpu/table.py', tmp_path / 'none')
+    assert empty.returncode != 0 and 'no results.json' in empty.stderr

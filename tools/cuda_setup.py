@@ -1,25 +1,44 @@
-"""The GPU half of ``tools/setup_env.sh``: which GPUs, which CUDA compiler,
-and whether mmcv's CUDA ops run.
+"""The GPU and offline halves of ``tools/setup_env.sh``: which GPUs, which
+CUDA compiler, whether mmcv's CUDA ops run; a virtual environment over the
+PyTorch of a Python that may itself be a virtual environment's; prebuilt
+mmcv wheels with CUDA ops, described, added to a wheelhouse and chosen.
 
     python tools/cuda_setup.py plan       # assignments for setup_env.sh
     python tools/cuda_setup.py cuda-home  # CUDA_HOME from registry wheels
     python tools/cuda_setup.py check      # RoIAlign and NMS on CUDA
     python tools/cuda_setup.py torch      # PyTorch in the supported range
+    python tools/cuda_setup.py venv DEST [--without-pip]
+                                          # a venv that sees this Python's
+                                          # packages (run by that Python)
+    python tools/cuda_setup.py system-constraints SRC DEST
+                                          # the pins, PyTorch's as installed
+    python tools/cuda_setup.py describe WHEEL ARCHS  # WHEEL.json: what a
+                                          # CUDA build of mmcv is for
+    python tools/cuda_setup.py prebuilt WHEELHOUSE   # the prebuilt mmcv
+                                          # wheel for this PyTorch and GPUs
+    python tools/cuda_setup.py wheelhouse-mmcv DEST PYTHON_VERSION
+                                          # this environment's CUDA mmcv
+                                          # wheel, into a wheelhouse
 
 ``plan`` prints ``ARCHS`` (``TORCH_CUDA_ARCH_LIST`` for the GPUs present,
 empty on a machine without one: the CPU build), ``CUDA_HOME`` (a system CUDA
 toolkit whose compiler matches PyTorch's CUDA version) or ``CUDA_WHEELS``
 (the package-registry requirement that provides one), and stops with one
-paragraph when a GPU is visible but cannot be used. Every decision is a
-function of its inputs, tested on the CPU (tests/test_cuda_setup.py).
+paragraph when a GPU is visible but cannot be used. ``prebuilt`` prints
+the wheel to install, or says on one line why none suits (exit status 1).
+Every decision is a function of its inputs, tested on the CPU
+(tests/test_cuda_setup.py).
 """
+import csv
 import glob
+import json
 import os
 import os.path as osp
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 #: the registry's CUDA compiler and the headers mmcv's ops include
@@ -284,6 +303,334 @@ def check_ops() -> None:
           f'{torch.cuda.get_device_name()}')
 
 
+# -- the offline set-up over a Python that has PyTorch (WHEELHOUSE,
+# SYSTEM_TORCH) --------------------------------------------------------------
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+#: the file through which a venv made by ``venv`` sees the packages of the
+#: Python that made it, when that Python is itself a venv's
+OUTER_SITE_PTH = 'xcit_dense_outer_site.pth'
+
+
+def site_dirs() -> List[str]:
+    """This Python's site-packages folders in its ``sys.path`` order: a
+    venv's own, then the base installation's when the venv includes them
+    (``site.getsitepackages()``), and the user's when enabled."""
+    import site
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    position = {path: i for i, path in enumerate(sys.path)}
+    return sorted({d for d in dirs if d in position}, key=position.get)
+
+
+def outer_site_pth(dirs: Sequence[str]) -> str:
+    """The text of ``OUTER_SITE_PTH``: ``site.addsitedir`` of each folder
+    not already on ``sys.path``. A folder merely listed in a .pth file is
+    appended to ``sys.path`` without the .pth files inside it (editable
+    installs, setuptools' distutils shim); ``addsitedir`` processes them as
+    the outer Python does."""
+    # one line (a .pth file runs lines that start with `import`), run by
+    # exec() in a function of site.py: no comprehension, whose own scope
+    # would not see the names imported here
+    return ('# tools/cuda_setup.py venv: the site-packages of the Python '
+            'this environment was made with (itself a virtual environment)\n'
+            'import site, sys; ' + '; '.join(
+                f'{d!r} in sys.path or site.addsitedir({d!r})'
+                for d in dirs) + '\n')
+
+
+def make_venv(dest: str, with_pip: bool = True) -> List[str]:
+    """A virtual environment at ``dest`` (made when missing) whose Python
+    sees this Python's packages, its PyTorch first of all; log lines.
+
+    ``python -m venv --system-site-packages`` gives the new environment the
+    site-packages of the *base* installation. Over a system or conda Python
+    that is where PyTorch is, and that is what is done. But run by a Python
+    that is itself a virtual environment's (``sys.prefix !=
+    sys.base_prefix``: the GPU image's ``/opt/.../.venv/bin/python3``), the
+    new one is made over the same base and does not see that environment's
+    site-packages: ``import torch`` fails. Then it is made without
+    ``--system-site-packages``, and a .pth file in its site-packages adds
+    this Python's site-packages folders (``site_dirs``: the venv's, and the
+    base's only if this venv includes them, so the new one sees exactly
+    what this Python sees) after its own. pip in the new environment reads
+    ``sys.path``, so it counts those packages as installed; it installs
+    into the new environment only (whose site-packages come first, so a
+    pinned setuptools there wins), and never uninstalls outside it;
+    setup_env.sh also pins PyTorch's stack at the installed versions
+    (``system_torch_constraints``) so that pip cannot replace it with
+    another. Passed over: linking or copying the outer site-packages (a
+    snapshot, and pip would treat them as its own to uninstall),
+    PYTHONPATH (lost outside the set-up's shell), pointing ``home`` in
+    pyvenv.cfg at the outer venv (a venv's bin/ is not an installation
+    Python can start from)."""
+    if osp.realpath(dest) == osp.realpath(sys.prefix):
+        return [f'{dest} is the environment of {sys.executable} itself']
+    nested = sys.prefix != sys.base_prefix
+    python = osp.join(dest, 'bin', 'python')
+    notes = []
+    if not osp.isfile(osp.join(dest, 'pyvenv.cfg')):
+        cmd = [sys.executable, '-m', 'venv', dest]
+        if not nested:
+            cmd.append('--system-site-packages')
+        if not with_pip:
+            cmd.append('--without-pip')
+        subprocess.run(cmd, check=True)
+        notes.append(
+            f'created {dest} over {sys.executable} and its packages ' +
+            (f'(a virtual environment\'s: {OUTER_SITE_PTH})' if nested
+             else '(--system-site-packages)'))
+    if not nested:
+        return notes
+    dirs = site_dirs()
+
+    def run(code: str) -> str:
+        return subprocess.run([python, '-c', code], capture_output=True,
+                              text=True, check=True).stdout.strip()
+
+    purelib = run('import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    with open(osp.join(purelib, OUTER_SITE_PTH), 'w') as f:
+        f.write(outer_site_pth(dirs))
+    seen = json.loads(run('import json, sys; print(json.dumps(sys.path))'))
+    missing = [d for d in dirs if d not in seen]
+    if missing:
+        raise SetupError(
+            f'{python} does not see {", ".join(missing)} of '
+            f'{sys.executable} through {purelib}/{OUTER_SITE_PTH}: remove '
+            f'{dest} and run the set-up again.')
+    return notes
+
+
+#: PyTorch's own stack, which a set-up over a Python's PyTorch keeps (the
+#: names setup_env.sh drops from requirements/constraints.txt)
+TORCH_STACK = re.compile(r'(torch|triton|nvidia-|cuda-)', re.IGNORECASE)
+#: ... and pins at the versions installed there, so that pip, which sees
+#: them installed, never replaces them with others
+PINNED_AS_INSTALLED = ('torch', 'torchvision', 'triton')
+
+
+def system_torch_constraints(lines: Sequence[str],
+                             installed: Dict[str, Optional[str]]
+                             ) -> List[str]:
+    """requirements/constraints.txt without PyTorch's stack, plus the
+    installed versions of ``PINNED_AS_INSTALLED`` (``installed``: name ->
+    version, None when absent)."""
+    kept = [ln.rstrip('\n') for ln in lines
+            if not TORCH_STACK.match(ln.strip())]
+    return kept + ['# the PyTorch the set-up was made over, as installed'] + [
+        f'{name}=={installed[name]}' for name in PINNED_AS_INSTALLED
+        if installed.get(name)]
+
+
+# -- a prebuilt mmcv with CUDA ops in the wheelhouse --------------------------
+# setup_env.sh describes each mmcv it builds with CUDA ops in a JSON file
+# next to the wheel (WHEEL.json, ``describe_wheel``): mmcv, PyTorch and CUDA
+# versions, TORCH_CUDA_ARCH_LIST, Python and platform tags. A side file
+# rather than a local version label (mmcv-2.1.0+cu130.sm90): renaming a
+# wheel means rewriting its metadata, and the description stays readable
+# and extensible. `make wheelhouse` copies the wheel with its description
+# into WHEELHOUSE/mmcv-cuda/<what it is for>/ (one folder per build: wheels
+# for other GPUs have the same file name), out of the wheelhouse's top
+# level that pip's --find-links reads, so that pip never picks one by
+# itself. On a node, setup_env.sh installs the first one whose description
+# matches (``prebuilt_mismatch``) and then runs ``check``.
+
+PREBUILT_DIR = 'mmcv-cuda'
+
+
+def _public(version: Optional[str]) -> str:
+    return (version or '').split('+')[0]
+
+
+def python_tag() -> str:
+    return 'cp%d%d' % sys.version_info[:2]
+
+
+def wheel_tags(filename: str) -> Dict[str, str]:
+    """name, version, python, abi and platform of a wheel's file name."""
+    parts = osp.basename(filename)[:-len('.whl')].split('-')
+    if len(parts) == 6:  # with a build tag
+        del parts[2]
+    name, version, python, abi, platform = parts
+    return dict(name=name, version=version, python=python, abi=abi,
+                platform=platform)
+
+
+def describe_wheel(wheel: str, arch_list: str, torch_version: str,
+                   torch_cuda: str) -> Dict[str, str]:
+    """What a CUDA build of mmcv was built for (its WHEEL.json)."""
+    tags = wheel_tags(wheel)
+    return dict(wheel=osp.basename(wheel), mmcv=tags['version'],
+                torch=torch_version, cuda=torch_cuda, arch_list=arch_list,
+                python=tags['python'], platform=tags['platform'])
+
+
+def arch_covers(arch_list: str, capability: Tuple[int, int]) -> bool:
+    """Whether code built with ``TORCH_CUDA_ARCH_LIST=arch_list`` runs on a
+    GPU of that compute capability, by CUDA's rules: code for X.Y runs on
+    X.Z for Z >= Y (same major), PTX (``X.Y+PTX``) on any later GPU after a
+    JIT compilation, arch-specific code (``9.0a``) on X.Y only. Names
+    (``Hopper``) are not understood: no match."""
+    for entry in re.split(r'[;\s]+', arch_list.strip()):
+        m = re.fullmatch(r'(\d+)\.(\d+)([a-z]?)(\+PTX)?', entry)
+        if not m:
+            continue
+        built = (int(m.group(1)), int(m.group(2)))
+        if built == tuple(capability):
+            return True
+        if m.group(3):
+            continue
+        if m.group(4) and built <= tuple(capability):
+            return True
+        if built[0] == capability[0] and built[1] <= capability[1]:
+            return True
+    return False
+
+
+def prebuilt_mismatch(built: Dict, present: Dict) -> Optional[str]:
+    """None when a wheel built for ``built`` (its WHEEL.json) suits this
+    machine (``present``: mmcv, the pin; torch, cuda: PyTorch's versions;
+    capabilities: the GPUs'; python: the tag; machine: x86_64, aarch64),
+    else why not. mmcv's ops link against PyTorch's C++ library, which has
+    no stable ABI: its version must be the same (the local label aside:
+    CUDA is compared by itself)."""
+    if built.get('mmcv') != present['mmcv']:
+        return f'mmcv {built.get("mmcv")}, the pin is {present["mmcv"]}'
+    if built.get('python') != present['python']:
+        return f'for {built.get("python")}, this Python is {present["python"]}'
+    if not str(built.get('platform', '')).endswith(present['machine']):
+        return (f'for {built.get("platform")}, this machine is '
+                f'{present["machine"]}')
+    if _public(built.get('torch')) != _public(present['torch']):
+        return (f'built against PyTorch {built.get("torch")}, this one is '
+                f'{present["torch"]}')
+    if present['cuda'] is None:
+        return f'PyTorch {present["torch"]} is a CPU-only build'
+    if built.get('cuda') != present['cuda']:
+        return f'for CUDA {built.get("cuda")}, PyTorch\'s is {present["cuda"]}'
+    if not present['capabilities']:
+        return 'no GPU here to check it on'
+    missing = sorted({tuple(c) for c in present['capabilities']
+                      if not arch_covers(str(built.get('arch_list', '')), c)})
+    if missing:
+        return (f'built for TORCH_CUDA_ARCH_LIST={built.get("arch_list")}, '
+                f'not for compute capability '
+                f'{", ".join("%d.%d" % c for c in missing)}')
+    return None
+
+
+def choose_prebuilt(wheelhouse: str, present: Dict
+                    ) -> Tuple[Optional[str], List[str]]:
+    """The first wheel below ``wheelhouse`` whose description matches
+    ``present``, and why each one before it did not."""
+    notes = []
+    for desc in sorted(glob.glob(osp.join(wheelhouse, '**', 'mmcv-*.whl.json'),
+                                 recursive=True)):
+        wheel = desc[:-len('.json')]
+        where = osp.relpath(wheel, wheelhouse)
+        try:
+            with open(desc) as f:
+                built = json.load(f)
+        except (OSError, ValueError) as err:
+            notes.append(f'{where}: unreadable description ({err})')
+            continue
+        reason = (prebuilt_mismatch(built, present) if osp.isfile(wheel)
+                  else 'the wheel is missing')
+        if reason is None:
+            return wheel, notes
+        notes.append(f'{where}: {reason}')
+    return None, notes
+
+
+def pinned_version(name: str) -> str:
+    with open(osp.join(REPO, 'requirements', 'constraints.txt')) as f:
+        return next(ln.split('==')[1].strip() for ln in f
+                    if ln.lower().startswith(f'{name}=='))
+
+
+def present_machine() -> Dict:
+    """``prebuilt_mismatch``'s ``present`` for this machine."""
+    import platform
+
+    import torch
+    return dict(mmcv=pinned_version('mmcv'), torch=torch.__version__,
+                cuda=torch.version.cuda, python=python_tag(),
+                machine=platform.machine(),
+                capabilities=[torch.cuda.get_device_capability(i)
+                              for i in range(torch.cuda.device_count())]
+                if torch.cuda.is_available() else [])
+
+
+def _record_hashes(text: str) -> Dict[str, str]:
+    """path -> hash of the compiled files in a RECORD."""
+    return {row[0]: row[1] for row in csv.reader(text.splitlines())
+            if len(row) >= 2 and row[1] and row[0].endswith('.so')}
+
+
+def wheel_of_installed(installed_record: str, wheels: Sequence[str]
+                       ) -> Optional[str]:
+    """The wheel among ``wheels`` the installed mmcv came from: the same
+    compiled ops (hashes in its RECORD and in the installed one). Several
+    wheels of one file name may lie around, built for other GPUs or another
+    PyTorch; None for an mmcv without compiled ops."""
+    mine = _record_hashes(installed_record)
+    if not mine:
+        return None
+    for wheel in wheels:
+        try:
+            with zipfile.ZipFile(wheel) as z:
+                records = [n for n in z.namelist()
+                           if n.endswith('.dist-info/RECORD')]
+                if records and _record_hashes(
+                        z.read(records[0]).decode()) == mine:
+                    return wheel
+        except (OSError, zipfile.BadZipFile):
+            continue
+    return None
+
+
+def prebuilt_folder(built: Dict) -> str:
+    """The wheelhouse's folder for one build:
+    ``mmcv-cuda/mmcv-2.1.0-torch2.11.0-cuda13.0-arch9.0-cp312``."""
+    arch = re.sub(r'[^0-9A-Za-z.+]+', '_', str(built['arch_list']))
+    return osp.join(PREBUILT_DIR, f'mmcv-{built["mmcv"]}-torch'
+                    f'{_public(built["torch"])}-cuda{built["cuda"]}-arch'
+                    f'{arch}-{built["python"]}')
+
+
+def add_to_wheelhouse(dest: str, python_version: str,
+                      installed_record: str, wheels: Sequence[str]
+                      ) -> Tuple[Optional[str], str]:
+    """Copy the installed mmcv's CUDA wheel (found among ``wheels``) and its
+    description into ``dest``; (the folder or None, what was done)."""
+    wheel = wheel_of_installed(installed_record, wheels)
+    if wheel is None:
+        return None, ('this environment\'s mmcv is not one the set-up built '
+                      'with CUDA ops (build/mmcv-*/dist): no prebuilt mmcv '
+                      'added, the nodes build it from its source')
+    if not osp.isfile(wheel + '.json'):
+        return None, (f'{wheel} has no description of what it was built for '
+                      f'({osp.basename(wheel)}.json, written by '
+                      f'`tools/cuda_setup.py describe WHEEL ARCHS`): not '
+                      f'added')
+    with open(wheel + '.json') as f:
+        built = json.load(f)
+    if built['python'] != 'cp' + python_version.replace('.', ''):
+        return None, (f'{osp.basename(wheel)} is for {built["python"]}, the '
+                      f'wheelhouse is for Python {python_version}: not added')
+    folder = osp.join(dest, prebuilt_folder(built))
+    if osp.realpath(osp.dirname(wheel)) != osp.realpath(folder):
+        os.makedirs(folder, exist_ok=True)
+        for path in (wheel, wheel + '.json'):
+            shutil.copy2(path, folder)
+    return folder, (f'mmcv {built["mmcv"]} with CUDA ops for PyTorch '
+                    f'{built["torch"]}, CUDA {built["cuda"]}, '
+                    f'TORCH_CUDA_ARCH_LIST={built["arch_list"]}, '
+                    f'{built["python"]}: {folder}')
+
+
 def main(argv: Sequence[str]) -> int:
     command = argv[0] if argv else ''
     try:
@@ -300,10 +647,59 @@ def main(argv: Sequence[str]) -> int:
         elif command == 'torch':
             import torch
             note = check_torch(torch.__version__, osp.join(
-                osp.dirname(osp.dirname(osp.abspath(__file__))),
-                'requirements', 'runtime.txt'))
-            print(f'[setup_env] PyTorch {torch.__version__} of {sys.prefix}'
+                REPO, 'requirements', 'runtime.txt'))
+            print(f'[setup_env] PyTorch {torch.__version__} in '
+                  f'{osp.dirname(osp.dirname(torch.__file__))}'
                   + (f': {note}' if note else ''))
+        elif command == 'venv' and argv[2:] in ([], ['--without-pip']):
+            with_pip = not argv[2:]
+            for note in make_venv(argv[1], with_pip=with_pip):
+                print(f'[setup_env] {note}')
+        elif command == 'system-constraints' and len(argv) == 3:
+            from importlib import metadata
+            installed = {}
+            for name in PINNED_AS_INSTALLED:
+                try:
+                    installed[name] = metadata.version(name)
+                except metadata.PackageNotFoundError:
+                    installed[name] = None
+            with open(argv[1]) as f:
+                lines = system_torch_constraints(f.readlines(), installed)
+            with open(argv[2], 'w') as f:
+                f.write('\n'.join(lines) + '\n')
+        elif command == 'describe' and len(argv) == 3:
+            import torch
+            built = describe_wheel(argv[1], argv[2], torch.__version__,
+                                   torch.version.cuda)
+            with open(argv[1] + '.json', 'w') as f:
+                json.dump(built, f, indent=1)
+            print(f'[setup_env] {argv[1]}.json: {built}')
+        elif command == 'prebuilt' and len(argv) == 2:
+            present = present_machine()
+            wheel, notes = choose_prebuilt(argv[1], present)
+            if wheel is None:
+                caps = ', '.join(sorted({'%d.%d' % c for c in
+                                         present['capabilities']})) or 'none'
+                print(f'[setup_env] no prebuilt mmcv in {argv[1]} is for '
+                      f'PyTorch {present["torch"]}, CUDA {present["cuda"]}, '
+                      f'GPUs {caps}, {present["python"]} ('
+                      + ('; '.join(notes) or f'none below {PREBUILT_DIR}/')
+                      + '): building it', file=sys.stderr)
+                return 1
+            print(wheel)
+        elif command == 'wheelhouse-mmcv' and len(argv) == 3:
+            from importlib import metadata
+            try:
+                record = metadata.distribution('mmcv').read_text('RECORD')
+            except metadata.PackageNotFoundError:
+                record = None
+            wheels = sorted(glob.glob(osp.join(
+                REPO, 'build', 'mmcv-*', 'dist', 'mmcv-*.whl'))) + sorted(
+                glob.glob(osp.join(argv[1], '**', 'mmcv-*.whl'),
+                          recursive=True))
+            _, note = add_to_wheelhouse(argv[1], argv[2], record or '',
+                                        wheels)
+            print(f'[wheelhouse] {note}')
         else:
             print(__doc__, file=sys.stderr)
             return 2

@@ -17,7 +17,13 @@
 #
 # Offline: WHEELHOUSE=DIR installs from a folder made by `make wheelhouse` on
 # a machine with network, against the PyTorch of $PYTHON (SYSTEM_TORCH=1 does
-# that online too); that PyTorch must be in requirements/runtime.txt's range.
+# that online too); that PyTorch must be in requirements/runtime.txt's range
+# and stays as it is (pinned at its installed version). $PYTHON may itself
+# be a virtual environment's (tools/cuda_setup.py venv). On a GPU node, an
+# mmcv built once for the cluster and added to the wheelhouse (`make
+# wheelhouse`, or `make wheelhouse-mmcv` offline on the node that built it)
+# is installed instead of the build when its description matches PyTorch,
+# CUDA, the GPUs and Python here, and its ops pass the check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,7 +45,7 @@ gpus=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
        | sort -u | tr '\n' ' ' || true)
 fingerprint=$( (cat "$CONSTRAINTS" requirements/runtime.txt requirements/tests.txt \
   requirements/deploy.txt setup.py
-  echo "gpus=$gpus system_torch=$SYSTEM_TORCH force_cuda=${FORCE_CUDA:-}") \
+  echo "gpus=$gpus system_torch=$SYSTEM_TORCH${SYSTEM_TORCH:+ python=$PYTHON} force_cuda=${FORCE_CUDA:-}") \
   | sha256sum | cut -c1-16)
 if [ -x "$PY" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$fingerprint" ] \
    && "$PY" -c 'import mmcv.ops, mmdet, mmseg, timm, xcit_dense, onnxruntime' 2>/dev/null; then
@@ -54,11 +60,15 @@ if [ -n "$SYSTEM_TORCH" ]; then
         "installs against the PyTorch of PYTHON (the wheelhouse holds none):" \
         "point PYTHON at the Python of your PyTorch installation."
     exit 1; }
-  [ -x "$PY" ] || { log "creating $VENV with $PYTHON and its PyTorch";
-                    "$PYTHON" -m venv --system-site-packages "$VENV"; }
+  # `$PYTHON -m venv --system-site-packages` when $PYTHON is a system or
+  # conda Python; when it is a virtual environment's, that would not see its
+  # packages, and a .pth file adds them (see make_venv in cuda_setup.py)
+  "$PYTHON" tools/cuda_setup.py venv "$VENV"
   "$PY" tools/cuda_setup.py torch
-  grep -v -E '^(torch|torchvision|triton|nvidia-|cuda-)' "$CONSTRAINTS" \
-    > "$VENV/constraints-system-torch.txt"
+  # the pins less PyTorch's stack, and torch, torchvision and triton at the
+  # versions installed: pip keeps them, or fails, but never replaces them
+  "$PY" tools/cuda_setup.py system-constraints "$CONSTRAINTS" \
+    "$VENV/constraints-system-torch.txt"
   CONSTRAINTS="$VENV/constraints-system-torch.txt"
 else
   [ -x "$PY" ] || { log "creating $VENV with $PYTHON"; "$PYTHON" -m venv "$VENV"; }
@@ -74,8 +84,33 @@ ARCHS='' TORCH_CUDA='' CUDA_WHEELS=''
 eval "$plan"
 mmcv_version=$(sed -n 's/^mmcv==//p' requirements/constraints.txt)
 
+# An mmcv wheel with CUDA ops in place of any mmcv there (a CPU build has the
+# same version), then its dependencies (mmengine, opencv, ...): mmcv.ops, and
+# so the check, imports them, and the stack's install comes later.
+install_mmcv_wheel() {
+  "${PIP[@]}" install -q --no-deps --force-reinstall "$1" &&
+    "${PIP[@]}" install -q "${SOURCES[@]}" -c "$CONSTRAINTS" "$1"
+}
+
+# A prebuilt mmcv with CUDA ops from the wheelhouse (below mmcv-cuda/, made
+# by `make wheelhouse` where it was built): the first whose description
+# (WHEEL.json) is for this PyTorch, CUDA, GPUs and Python, if its ops pass
+# the check. Otherwise one line says why not, and mmcv is built.
+install_prebuilt() {
+  [ -n "$WHEELHOUSE" ] || return 1
+  local wheel reason
+  wheel=$("$PY" tools/cuda_setup.py prebuilt "$WHEELHOUSE") || return 1
+  log "installing the prebuilt $wheel"
+  install_mmcv_wheel "$wheel" || return 1
+  reason=$("$PY" tools/cuda_setup.py check 2>&1) && return 0
+  reason=${reason##*$'\n'} reason=${reason%%. *}  # last line, first sentence
+  log "the prebuilt $wheel fails the check (${reason#\[setup_env\] }):" \
+      "building mmcv"
+  return 1
+}
+
 if [ -n "$ARCHS" ]; then
-  if ! "$PY" tools/cuda_setup.py check >/dev/null 2>&1; then
+  if ! "$PY" tools/cuda_setup.py check >/dev/null 2>&1 && ! install_prebuilt; then
     if [ -n "$CUDA_WHEELS" ]; then
       log "no system CUDA compiler matches PyTorch's CUDA $TORCH_CUDA;" \
           "installing $CUDA_WHEELS from the package registry"
@@ -96,7 +131,11 @@ if [ -n "$ARCHS" ]; then
     py_abs="$(cd "$VENV/bin" && pwd)/python"
     (cd "$src" && FORCE_CUDA=1 MMCV_WITH_OPS=1 TORCH_CUDA_ARCH_LIST="$ARCHS" \
        MAX_JOBS=${MAX_JOBS:-$(nproc)} "$py_abs" setup.py -q bdist_wheel -d dist)
-    "${PIP[@]}" install -q --no-deps --force-reinstall "$src"/dist/mmcv-*.whl
+    wheel=$(ls "$src"/dist/mmcv-*.whl)
+    # what it is built for, in $wheel.json: `make wheelhouse` adds both to
+    # the wheelhouse, for the cluster's other nodes
+    "$PY" tools/cuda_setup.py describe "$wheel" "$ARCHS" >/dev/null
+    install_mmcv_wheel "$wheel"
   fi
   if "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'; then
     "$PY" tools/cuda_setup.py check || exit 1

@@ -25,7 +25,10 @@ its name, onnxruntime must reproduce PyTorch on the export size and, with
 --dynamic, on two more sizes (one odd): largest difference at most 1e-4 of
 the largest value, labels equal; a whole detector is checked against mmdet's
 own predict (detections matched by label, box IoU >= 0.99, scores within
-1e-4, mask IoU >= 0.98; unmatched ones only at score ties). --dynamic works
+1e-4, mask IoU >= 0.98; unmatched ones only at score ties) on those sizes'
+synthetic images and on up to 4 images of the config's test dataset (as its
+pipeline gives them; with a fixed size, those of that size), or 4 more
+synthetic images where there is no dataset. --dynamic works
 for every graph. Without CHECKPOINT the weights are the config's
 initialisation (random), e.g. to measure speed.
 """
@@ -35,10 +38,16 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+import torch  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.cli import load_config, run_cli  # noqa: E402
-from xcit_dense.deploy import check_requirements, export_onnx, graph_for  # noqa: E402
+from xcit_dense.deploy import (  # noqa: E402
+    check_requirements,
+    export_onnx,
+    graph_for,
+    random_input,
+)
 from xcit_dense.deploy.quantization import dataset_images, export_int8  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
@@ -46,6 +55,7 @@ from xcit_dense.preflight import check_checkpoint, check_datasets  # noqa: E402
 
 DEFAULT_SHAPE = {'mmdet': (800, 1344), 'mmseg': (512, 512)}
 INT8_CHECK_IMAGES = 8
+DETECTOR_CHECK_IMAGES = 4
 
 
 def parse_args():
@@ -127,15 +137,22 @@ def main():
     model = init_model(cfg, checkpoint)
     graph = graph_for(model, scope, args.backbone_only,
                       args.backbone_and_neck)
+    check_images, source = [], None
+    if whole_detector:
+        check_images, source = detector_check_images(
+            cfg, (height, width), args.dynamic)
     rows = export_onnx(graph, args.out, args.batch, height, width,
-                       dynamic=args.dynamic, opset=args.opset)
+                       dynamic=args.dynamic, opset=args.opset,
+                       images=check_images)
     sizes = ', '.join(dict.fromkeys(f'{h}x{w}' for h, w in
                                     (r['size'] for r in rows)))
     if whole_detector:
         found = sum(r['detections'] for r in rows)
         matched = sum(r['matched'] for r in rows)
-        print(f'verified with onnxruntime against mmdet predict at {sizes}: '
-              f'{matched} of {found} detections matched; wrote {args.out}')
+        print(f'verified with onnxruntime against mmdet predict on '
+              f'{len(rows)} images ({len(check_images)} of them {source}) '
+              f'at {sizes}: {matched} of {found} detections matched; wrote '
+              f'{args.out}')
     else:
         worst = max(r.get('max_rel_diff', 0.) for r in rows)
         print(f'verified with onnxruntime at {sizes}: largest difference '
@@ -145,6 +162,26 @@ def main():
         export_int8(args.out, int8_path, type(graph).__name__,
                     images[:args.calib], images[args.calib:])
         print(f'wrote {int8_path}')
+
+
+def detector_check_images(cfg, size, dynamic: bool):
+    """What a whole detector's export is checked on besides the synthetic
+    image of each verification size: up to :data:`DETECTOR_CHECK_IMAGES`
+    images of the config's test dataset where it exists (as its pipeline
+    gives them; with a fixed export size, those of that size), else as many
+    more synthetic images of the export size. Returns the images and where
+    they come from."""
+    try:
+        check_datasets(cfg, ('test', ))
+        images = dataset_images(cfg, DETECTOR_CHECK_IMAGES)
+    except UserError:  # no dataset here: synthetic images
+        images = []
+    images = [torch.from_numpy(im) for im in images
+              if dynamic or tuple(im.shape[-2:]) == tuple(size)]
+    if images:
+        return images, 'from the test dataset'
+    return [random_input(1, 3, *size, images=True, seed=seed)
+            for seed in range(1, DETECTOR_CHECK_IMAGES + 1)], 'synthetic'
 
 
 def int8_images(cfg, calib: int, size, dynamic: bool):

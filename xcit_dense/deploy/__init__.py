@@ -10,11 +10,12 @@ from .exported_models import (
     ExportedSegmentor,
     load_exported,
 )
-from .graphs import FeatureGraph, SegmentorGraph, graph_for
+from .graphs import FeatureGraph, SegmentorGraph
 from .masks import paste_masks
 from .onnx_export import (
     check_requirements,
     export_onnx,
+    graph_for,
     random_input,
     verify_onnx,
 )

@@ -171,16 +171,16 @@ def describe(row: Dict) -> str:
     return text
 
 
-def verify_detections(session, graph, sizes: Sequence[Tuple[int, int]],
-                      make_input, log=print) -> List[Dict]:
+def verify_detections(session, graph, images: Sequence[torch.Tensor],
+                      log=print) -> List[Dict]:
     """Run the exported detector (an onnxruntime ``session``) and mmdet's
-    ``predict`` on the same image at each size; one row per size (see
-    :func:`compare_detections`)."""
+    ``predict`` on each of ``images`` (pixel values ``(1, 3, H, W)``); one
+    row per image (see :func:`compare_detections`)."""
     roi_cfg = graph.model.roi_head.test_cfg
     name = session.get_inputs()[0].name
     rows = []
-    for height, width in sizes:
-        image = make_input(height, width)
+    for image in images:
+        height, width = image.shape[-2:]
         reference = mmdet_predict(graph.model, image)
         outputs = session.run(None, {name: image.numpy()})
         row = compare_detections(outputs, reference, (height, width),

@@ -34,6 +34,29 @@ def batched_nms(boxes: torch.Tensor, scores: torch.Tensor,
     return nms(boxes + offsets[:, None], scores, iou_threshold)
 
 
+def objectness_logits(rpn_head: nn.Module,
+                      scores: torch.Tensor) -> torch.Tensor:
+    """What the RPN ranks anchors by, ``(A,)`` from its ``(A, channels)``
+    classifier outputs: the logit (a sigmoid head), or the foreground
+    logit minus the background one (a softmax head of two channels, whose
+    foreground probability is the sigmoid of that difference).
+
+    mmdet ranks by the probability, ``sigmoid(logit)``; the logit orders the
+    anchors the same way wherever the probabilities differ, and no rounding
+    is involved. A runtime's ``Sigmoid`` is an approximation that
+    saturates: onnxruntime returns exactly 0 below a logit of about -18 and
+    is not monotonic around -16, where PyTorch's float32 sigmoid still keeps
+    values like 4.3e-15 and 1.2e-18 apart. NMS breaks the resulting false
+    ties by index and suppresses the wrong proposal, and a confident
+    detection built on it disappears. Where PyTorch's own float32
+    probabilities tie (logits within about 1e-3 of each other near 9; every
+    logit above 16.7 gives exactly 1.0) mmdet leaves the order to its sort,
+    and so may the graph."""
+    if rpn_head.use_sigmoid_cls:
+        return scores.reshape(-1)
+    return scores[:, 0] - scores[:, 1]
+
+
 def roi_features(extractor: nn.Module, feats: Tuple[torch.Tensor, ...],
                  rois: torch.Tensor) -> torch.Tensor:
     """mmdet's ``SingleRoIExtractor.forward`` without its data-dependent
@@ -115,7 +138,9 @@ class DetectorGraph(nn.Module):
         """The RPN's proposals, ``(P, 4)``: ``RPNHead.predict_by_feat``
         (the best ``nms_pre`` anchors of each level, decoded and clipped to
         the image; boxes no larger than ``min_bbox_size`` dropped; NMS within
-        each level; the best ``max_per_img``)."""
+        each level; the best ``max_per_img``), ranked by
+        :func:`objectness_logits`, which order the anchors as mmdet's
+        probabilities do and which a runtime computes exactly."""
         head = self.model.rpn_head
         cfg = head.test_cfg
         cls_scores, bbox_preds = head(feats)
@@ -126,9 +151,9 @@ class DetectorGraph(nn.Module):
         scores, deltas, anchors, levels = [], [], [], []
         for level, (cls, reg, prior) in enumerate(
                 zip(cls_scores, bbox_preds, priors)):
-            score = cls[0].permute(1, 2, 0).reshape(-1, head.cls_out_channels)
-            score = (score.sigmoid() if head.use_sigmoid_cls else
-                     score.softmax(-1)[:, :-1]).reshape(-1)
+            score = objectness_logits(
+                head, cls[0].permute(1, 2, 0).reshape(
+                    -1, head.cls_out_channels))
             delta = reg[0].permute(1, 2, 0).reshape(
                 -1, head.bbox_coder.encode_size)
             if nms_pre > 0:
@@ -164,6 +189,12 @@ class DetectorGraph(nn.Module):
                           proposals], dim=1)
         cls_score, bbox_pred = head(
             roi_features(roi_head.bbox_roi_extractor, feats, rois))
+        # Probabilities, as mmdet thresholds, ranks and returns them (the
+        # scores are an output). A runtime's Exp / Softmax differs from
+        # PyTorch's by a few units in the last place, never saturating
+        # between score_thr (0.05) and 1: it can move an order or the
+        # threshold only between scores that equal each other to ~1e-7,
+        # which verify_detections accepts as ties (SCORE_RTOL).
         scores = F.softmax(cls_score, dim=-1)[:, :-1]
         classes = head.num_classes
         per_roi = 1 if head.reg_class_agnostic else classes
@@ -194,6 +225,10 @@ class DetectorGraph(nn.Module):
             preds = preds[:, 0]
         else:
             preds = preds[torch.arange(preds.shape[0]), labels]
+        # leave the graph as probabilities, thresholded at mask_thr_binary
+        # (0.5, a logit of 0) when pasted: a runtime's Sigmoid saturates far
+        # from there, and pixels within PROB_ATOL of it are ties to
+        # verify_detections; nothing is ranked by them
         return preds.sigmoid()
 
 
@@ -228,6 +263,9 @@ def check_exportable(detector: nn.Module) -> None:
     else:
         if not _is(rpn_head, SUPPORTED['rpn_head']):
             problems.append(f'rpn_head is a {type(rpn_head).__name__}')
+        elif rpn_head.num_classes != 1:
+            problems.append(f'rpn_head has {rpn_head.num_classes} classes '
+                            '(an RPN has one: object)')
         if type(roi_head).__name__ not in SUPPORTED['roi_head']:
             problems.append(f'roi_head is a {type(roi_head).__name__}')
         elif roi_head.with_shared_head or not roi_head.with_mask:

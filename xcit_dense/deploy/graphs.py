@@ -8,8 +8,11 @@
   values ``LoadImageFromFile`` gives, channels first), per-pixel class
   logits and labels out at the image's size, as mmseg's
   ``EncoderDecoder.predict`` computes them for an unpadded image.
-* :class:`~.detector_graph.DetectorGraph`: a whole Mask R-CNN, image in,
-  boxes, scores, labels and mask probabilities out.
+* :class:`~.detector_graph.DetectorGraph` (built on this module's helpers):
+  a whole Mask R-CNN, image in, boxes, scores, labels and mask probabilities
+  out.
+
+Which of them a model exports is :func:`.onnx_export.graph_for`'s choice.
 """
 import json
 from typing import Dict, Iterator, List, Tuple
@@ -192,20 +195,3 @@ def input_channels(model: nn.Module) -> int:
         if isinstance(module, nn.Conv2d):
             return module.in_channels
     return 3
-
-
-def graph_for(model: nn.Module, scope: str, backbone_only: bool = False,
-              backbone_and_neck: bool = False) -> nn.Module:
-    """The graph to export for a model built from an mmdet (``scope``
-    ``'mmdet'``) or mmseg config: the backbone (``backbone_only``), a
-    detector's backbone and neck (``backbone_and_neck``), else the whole
-    segmentor or detector."""
-    if backbone_only:
-        return FeatureGraph(model, with_neck=False)
-    if backbone_and_neck:
-        return FeatureGraph(model, with_neck=getattr(model, 'with_neck',
-                                                     False))
-    if scope == 'mmseg':
-        return SegmentorGraph(model)
-    from .detector_graph import DetectorGraph
-    return DetectorGraph(model)

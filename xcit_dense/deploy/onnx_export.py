@@ -1,4 +1,5 @@
-"""Export a graph (:mod:`.graphs`) to ONNX and verify it with onnxruntime.
+"""Export a graph (:mod:`.graphs`, :mod:`.detector_graph`; chosen by
+:func:`graph_for`) to ONNX and verify it with onnxruntime.
 
 The export traces the straightforward computation of every module: it runs
 inside ``fast_path(False)``, the switch the tests use, because the fast
@@ -18,7 +19,12 @@ from ..models.policy import fast_path
 from .adaptive_pooling import DECOMPOSITIONS
 from .detection_check import verify_detections
 from .detector_graph import DetectorGraph
-from .graphs import pools_to_cells, sizes_from_python
+from .graphs import (
+    FeatureGraph,
+    SegmentorGraph,
+    pools_to_cells,
+    sizes_from_python,
+)
 from .runtimes import onnxruntime_session
 
 #: largest difference allowed, relative to the largest value of the output
@@ -64,6 +70,22 @@ def example_input(graph: nn.Module, batch: int, height: int, width: int,
                         getattr(graph, 'takes_images', False), seed)
 
 
+def graph_for(model: nn.Module, scope: str, backbone_only: bool = False,
+              backbone_and_neck: bool = False) -> nn.Module:
+    """The graph to export for a model built from an mmdet (``scope``
+    ``'mmdet'``) or mmseg config: the backbone (``backbone_only``), a
+    detector's backbone and neck (``backbone_and_neck``), else the whole
+    segmentor or detector."""
+    if backbone_only:
+        return FeatureGraph(model, with_neck=False)
+    if backbone_and_neck:
+        return FeatureGraph(model, with_neck=getattr(model, 'with_neck',
+                                                     False))
+    if scope == 'mmseg':
+        return SegmentorGraph(model)
+    return DetectorGraph(model)
+
+
 def random_input(batch: int, channels: int, height: int, width: int,
                  images: bool, seed: int = 0) -> torch.Tensor:
     """The input an export is verified with first (seeded): pixel values
@@ -78,12 +100,14 @@ def random_input(batch: int, channels: int, height: int, width: int,
 
 def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
                 width: int, dynamic: bool = False, opset: int = 18,
-                log=print) -> List[Dict]:
+                log=print, images: Sequence[torch.Tensor] = ()
+                ) -> List[Dict]:
     """Export ``graph`` for ``batch`` images of ``height x width`` (any
     height and width when ``dynamic``) to ``path``, verify it (see
-    :func:`verify_onnx`) and only then move it into place. Returns the
-    verification rows; raises :class:`ExportError` (and leaves no file)
-    when the export fails or does not reproduce PyTorch."""
+    :func:`verify_onnx`; a whole detector also on ``images``) and only
+    then move it into place. Returns the verification rows; raises
+    :class:`ExportError` (and leaves no file) when the export fails or does
+    not reproduce PyTorch."""
     graph.eval()
     if isinstance(graph, DetectorGraph) and batch != 1:
         raise UserError(f'A whole detector is exported for one image at a '
@@ -97,7 +121,8 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
             + ('dynamic height and width' if dynamic else
                f'{batch}x{graph.in_channels}x{height}x{width}') + ')')
         rows = verify_onnx(partial, graph, batch,
-                           verification_sizes(height, width, dynamic), log)
+                           verification_sizes(height, width, dynamic), log,
+                           images)
         move_into_place(partial, path)
         return rows
 
@@ -148,20 +173,23 @@ def _first_line(error: BaseException) -> str:
 
 
 def verify_onnx(path: str, graph: nn.Module, batch: int,
-                sizes: Sequence[Tuple[int, int]], log=print) -> List[Dict]:
+                sizes: Sequence[Tuple[int, int]], log=print,
+                images: Sequence[torch.Tensor] = ()) -> List[Dict]:
     """Run the ONNX file with onnxruntime and ``graph`` with PyTorch (the
-    straightforward path, what was exported) on the same input at each size
-    (a whole detector: against mmdet's ``predict``, see
-    :mod:`.detection_check`);
+    straightforward path, what was exported) on the same input at each size;
     every output must have PyTorch's shape and dtype and differ by at most
     :data:`TOLERANCE` of its largest value. Integer outputs (labels) must be
     equal except where PyTorch's two best logits are within that tolerance
-    of each other. Returns one row per size and output."""
+    of each other. A whole detector is checked against mmdet's ``predict``
+    (see :mod:`.detection_check`) on the input of each size and on
+    ``images`` (pixel values ``(1, 3, H, W)``: a dataset's, or more
+    synthetic ones). Returns one row per check and output."""
     session = onnxruntime_session(path)
     if isinstance(graph, DetectorGraph):
-        return verify_detections(
-            session, graph, sizes, lambda height, width: example_input(
-                graph, batch, height, width, seed=height * width), log)
+        checks = [example_input(graph, batch, height, width,
+                                seed=height * width)
+                  for height, width in sizes] + list(images)
+        return verify_detections(session, graph, checks, log)
     names = [o.name for o in session.get_outputs()]
     rows = []
     for height, width in sizes:

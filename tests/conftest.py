@@ -10,8 +10,15 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Without a GPU, Triton's interpreter runs the package's Triton kernels on
+# CPU tensors (tests/test_xca_kernels.py): it must be chosen before anything
+# imports Triton. With one, they are compiled (tests/test_cuda.py).
+if not torch.cuda.is_available():
+    os.environ.setdefault('TRITON_INTERPRET', '1')
 
 
 def run_tool(*args, cwd=None, env=None, timeout=600):

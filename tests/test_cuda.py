@@ -113,8 +113,9 @@ def test_autocast_finite_and_close(no_tf32, dtype, setting):
 
 
 def test_policy_on_cuda(taken):  # noqa: F811
-    """Eager: the positional encoding's cache only; 'always': everything;
-    compiled (traced by dynamo and AOTAutograd): everything."""
+    """Eager: the positional encoding's cache only; 'always': everything
+    (XCA on its Triton kernels); compiled (traced by dynamo and
+    AOTAutograd): everything (XCA from second moments)."""
     model = randomized().cuda().eval()
     x = X.cuda()
     with torch.no_grad():
@@ -135,6 +136,31 @@ def test_policy_on_cuda(taken):  # noqa: F811
     # the cache is not used while dynamo traces (the features are computed
     # in the graph)
     assert taken == set(policy.POLICY) - {'CachedFourierEncoding'}
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16,
+                                   torch.bfloat16])
+def test_xca_kernels_match_the_straightforward_attention(no_tf32, dtype):
+    """XCA's attention core compiled for the GPU, at XCiT-S12's width (8
+    heads of 48 channels) and a token count of several programs and a
+    ragged tile: outputs and gradients against the straightforward
+    computation in fp32 on the same inputs (the CPU tests run the same
+    kernels interpreted, tests/test_xca_kernels.py)."""
+    from test_xca_kernels import outputs_and_gradients, straightforward
+
+    from xcit_dense.models.ops import xca_kernels
+    torch.manual_seed(0)
+    qkv = torch.randn(2, 2101, 3 * 384, device='cuda').to(dtype)
+    temperature = torch.rand(8, 1, 1, device='cuda') + 0.5
+    grad = torch.randn(2, 2101, 384, device='cuda').to(dtype)
+    got = outputs_and_gradients(xca_kernels.attention, qkv, temperature, 8,
+                                grad)
+    ref = outputs_and_gradients(straightforward, qkv.float(), temperature, 8,
+                                grad.float())
+    tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}
+    for name, g, r in zip(('output', 'qkv', 'temperature'), got, ref):
+        assert g.dtype == (dtype if name != 'temperature' else torch.float32)
+        assert _relative(g, r) < tol[dtype], name
 
 
 @pytest.mark.parametrize('dynamic', [False, True])

@@ -16,6 +16,7 @@ from xcit_dense.models import policy
 from xcit_dense.models.block import XCABlock
 from xcit_dense.models.lpi import LPI
 from xcit_dense.models.mlp import Mlp
+from xcit_dense.models.ops import xca_kernels
 from xcit_dense.models.positional_encoding import CachedFourierEncoding
 from xcit_dense.models.pyramid import TransposedConvUpsampler
 from xcit_dense.models.stem import ConvPatchEmbed
@@ -27,7 +28,7 @@ from test_fast_path import assert_outputs_close, randomized, reference
 FAST_METHODS = {
     ConvPatchEmbed: '_channels_last',
     CachedFourierEncoding: 'cached_features',
-    XCA: '_from_second_moments',
+    XCA: '_from_second_moments',  # on CUDA eagerly: xca_kernels.attention
     LPI: '_channels_last',
     Mlp: '_fused',
     XCABlock: None,  # its fast path calls the branches' residual_forward
@@ -56,6 +57,12 @@ def taken(monkeypatch):
         seen.add('XCABlock')
         return original_residual(self, x, norm, *args)
     monkeypatch.setattr(XCA, 'residual_forward', block_spy)
+    original_kernels = xca_kernels.attention
+
+    def kernels_spy(*args):  # XCA's fast path on CUDA, eagerly
+        seen.add('XCA')
+        return original_kernels(*args)
+    monkeypatch.setattr(xca_kernels, 'attention', kernels_spy)
     return seen
 
 

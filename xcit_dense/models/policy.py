@@ -60,7 +60,10 @@ _COMPILED = frozenset({COMPILED})
 #: CUDA therefore runs the straightforward computation, except the
 #: positional encoding's cache, which only skips work (identical values, no
 #: extra kernels). Under ``torch.compile`` (opt-in on CUDA, see
-#: :data:`COMPILE`) Inductor fuses the fast paths' small kernels.
+#: :data:`COMPILE`) Inductor fuses the fast paths' small kernels. XCA's
+#: eager CUDA fast path is a different one, its attention core in Triton
+#: kernels (``ops/xca_kernels.py``, written after that measurement): it runs
+#: with ``'always'`` until ``make gpu-report`` has measured it.
 POLICY: Dict[str, Dict[str, FrozenSet[str]]] = {
     'ConvPatchEmbed': dict(cpu=_BOTH, cuda=_COMPILED),
     'CachedFourierEncoding': dict(cpu=_BOTH, cuda=_BOTH),

@@ -1,4 +1,6 @@
-"""Cross-covariance attention (XCA), with its second-moment fast path."""
+"""Cross-covariance attention (XCA), with its fast paths: the second moments
+(CPU, and CUDA under ``torch.compile``) and the attention core's Triton
+kernels (CUDA, eager)."""
 from typing import Optional
 
 import torch
@@ -7,7 +9,14 @@ import torch.nn.functional as F
 from timm.models.xcit import XCA as TimmXCA
 
 from . import policy
-from .ops import onednn, pieces, second_moments
+from .ops import onednn, pieces, second_moments, xca_kernels
+
+SECOND_MOMENTS, KERNELS = 'second moments', 'kernels'
+#: where the attention core's Triton kernels run eagerly (Triton compiles
+#: for CUDA; the tests add the CPU with Triton's interpreter), and the
+#: dtypes they are for (they accumulate in fp32)
+KERNEL_DEVICES = ('cuda',)
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class XCA(TimmXCA):
@@ -15,30 +24,42 @@ class XCA(TimmXCA):
     L2-normalised channels of the query and key (a d x d map, so the cost is
     linear in the tokens), applied to the value channels and projected.
 
-    timm's module (parameters ``qkv``, ``proj``, ``temperature``) with a fast
-    path in :meth:`forward` beside the straightforward computation: the
-    attention from the second moments of the input, folded with the value
-    and output projections into one C x C matrix per image
-    (:mod:`.ops.second_moments`), on oneDNN GEMMs for fp32 CPU, by pieces of
-    tokens in inference. :meth:`residual_forward` is the block's entry: the
-    pre-norm, layer scale and residual folded into the same two passes.
+    timm's module (parameters ``qkv``, ``proj``, ``temperature``) with two
+    fast paths in :meth:`forward` beside the straightforward computation:
+
+    * on the CPU, and on CUDA under ``torch.compile``: the attention from the
+      second moments of the input, folded with the value and output
+      projections into one C x C matrix per image
+      (:mod:`.ops.second_moments`), on oneDNN GEMMs for fp32 CPU, by pieces
+      of tokens in inference. :meth:`residual_forward` is the block's entry:
+      the pre-norm, layer scale and residual folded into the same two
+      passes.
+    * on CUDA, eagerly: the ``qkv`` and ``proj`` layers as they are, and
+      between them the normalisation, attention and its product with the
+      values in two Triton kernels each way (:mod:`.ops.xca_kernels`), for
+      fp32, fp16 and bf16 with inactive attention dropout.
     """
     use_fast_path = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, N, C) tokens -> (B, N, C)."""
-        if self._fast_path_applies(x):
+        path = self._fast_path(x)
+        if path == SECOND_MOMENTS:
             return self._from_second_moments(x)
         B, N, C = x.shape
         heads = self.num_heads
-        # (3, B, heads, d, N): channels of each head as rows
-        qkv = self.qkv(x).reshape(B, N, 3, heads, C // heads)
-        q, k, v = qkv.permute(2, 0, 3, 4, 1).unbind(0)
-        q = F.normalize(q, dim=-1)
-        k = F.normalize(k, dim=-1)
-        attn = (q @ k.transpose(-2, -1)) * self.temperature
-        attn = self.attn_drop(attn.softmax(dim=-1))
-        x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
+        qkv = self.qkv(x)
+        if path == KERNELS:
+            x = xca_kernels.attention(qkv, self.temperature, heads)
+        else:
+            # (3, B, heads, d, N): channels of each head as rows
+            qkv = qkv.reshape(B, N, 3, heads, C // heads)
+            q, k, v = qkv.permute(2, 0, 3, 4, 1).unbind(0)
+            q = F.normalize(q, dim=-1)
+            k = F.normalize(k, dim=-1)
+            attn = (q @ k.transpose(-2, -1)) * self.temperature
+            attn = self.attn_drop(attn.softmax(dim=-1))
+            x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
         return self.proj_drop(self.proj(x))
 
     def residual_forward(self, x: torch.Tensor, norm: nn.Module,
@@ -46,13 +67,24 @@ class XCA(TimmXCA):
                          drop_path: nn.Module) -> torch.Tensor:
         """``x + drop_path(gamma * self(norm(x)))``: the attention branch of
         a block."""
-        if self._fast_path_applies(x) and type(norm) is nn.LayerNorm:
+        if self._fast_path(x) == SECOND_MOMENTS and \
+                type(norm) is nn.LayerNorm:
             return self._from_second_moments(x, norm, gamma, drop_path)
         return x + drop_path(gamma * self(norm(x)))
 
-    def _fast_path_applies(self, x: torch.Tensor) -> bool:
-        return policy.applies(self, XCA, x) and \
-            type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear
+    def _fast_path(self, x: torch.Tensor) -> Optional[str]:
+        """The fast path that runs for ``x``, or None (the straightforward
+        computation)."""
+        if not policy.applies(self, XCA, x):
+            return None
+        if x.device.type in KERNEL_DEVICES and \
+                not torch.compiler.is_compiling():
+            ok = xca_kernels.available() and x.dtype in KERNEL_DTYPES and \
+                policy.is_inactive(self.attn_drop)
+            return KERNELS if ok else None
+        if type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear:
+            return SECOND_MOMENTS
+        return None
 
     def _from_second_moments(self, x: torch.Tensor,
                              norm: Optional[nn.Module] = None,

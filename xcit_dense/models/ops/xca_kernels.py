@@ -1,0 +1,286 @@
+"""XCA's attention core in Triton kernels, forward and backward: what XCA's
+straightforward computation does between its ``qkv`` and ``proj`` linear
+layers, in two kernels each way instead of about a dozen.
+
+For (B, N, 3C) ``qkv`` (the ``qkv`` layer's output), each image and head,
+with q, k, v the head's (N x d) slices::
+
+    S = q^T k,  s_q = |q_c|^2,  s_k = |k_c|^2            (sums over tokens)
+    A = softmax(S / (max(|q_c|, eps) max(|k_c|, eps)^T) * t)         (d x d)
+    out = v A^T                                      (N x d, into (B, N, C))
+
+which is F.normalize's cosine attention of timm's ``XCA`` (``S`` over the
+norms is the product of the normalised q and k), so the normalised q and k
+are never materialised. Forward: ``_token_products`` sums ``S`` and the
+squares over ranges of tokens, one program per range; ``_attend`` adds the
+ranges' sums, forms ``A`` and writes each tile's ``v A^T`` straight into
+the (B, N, C) layout the output projection reads. Backward: ``dA = sum_n
+dout^T v`` by the same ``_token_products``, the softmax, temperature and
+normalisation gradients on (B, heads, d, d) tensors in PyTorch, then
+``_token_gradients`` writes each tile's ``dq = k dS^T + 2 q ds_q``, ``dk =
+q dS + 2 k ds_k`` and ``dv = dout A`` into one (B, N, 3C) gradient.
+
+Products are accumulated in fp32 whatever the input's dtype (fp16 or bf16
+under autocast, whose dtype the output and ``qkv``'s gradient keep); fp32
+inputs use TF32 exactly when ``torch.backends.cuda.matmul.allow_tf32``
+allows it. Triton compiles for CUDA; ``TRITON_INTERPRET=1`` (set before
+Triton is imported) runs the same kernels on CPU tensors, as the tests do.
+"""
+from typing import Tuple
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # no Triton (a platform PyTorch ships without it)
+    triton = None
+
+#: F.normalize's eps on the channels' L2 norms over the tokens
+EPS = 1e-12
+#: tokens per tile, and per program of the token sums (a multiple of it)
+BLOCK_N = 64
+TOKENS_PER_PROGRAM = 512
+
+
+def available() -> bool:
+    """Triton is importable (the kernels can be compiled for a GPU, or
+    interpreted)."""
+    return triton is not None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _token_products(a_ptr, b_ptr, prod_ptr, sq_ptr, N, H, D,
+                        stride_ab, stride_an, stride_bb, stride_bn,
+                        tokens_per_program,
+                        SQUARES: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+        """One program: image ``b``, head ``h`` (axis 0) and one range of
+        tokens (axis 1). Writes ``sum_n a_n^T b_n`` (D x D) of the head's
+        slices of ``a`` and ``b`` over that range and, with ``SQUARES``, the
+        sums of their squares (2 x D), to its own partial slot."""
+        bh = tl.program_id(0)
+        part = tl.program_id(1)
+        parts = tl.num_programs(1)
+        b = bh // H
+        h = bh % H
+        rd = tl.arange(0, BLOCK_D)
+        dmask = rd < D
+        a_base = a_ptr + b * stride_ab + h * D
+        b_base = b_ptr + b * stride_bb + h * D
+        acc = tl.zeros((BLOCK_D, BLOCK_D), dtype=tl.float32)
+        sq_a = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        sq_b = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        start = part * tokens_per_program
+        end = tl.minimum(start + tokens_per_program, N)
+        for n0 in range(start, end, BLOCK_N):
+            rn = n0 + tl.arange(0, BLOCK_N)
+            mask = (rn < end)[:, None] & dmask[None, :]
+            a = tl.load(a_base + rn[:, None] * stride_an + rd[None, :],
+                        mask=mask, other=0.).to(tl.float32)
+            bt = tl.load(b_base + rn[:, None] * stride_bn + rd[None, :],
+                         mask=mask, other=0.).to(tl.float32)
+            acc = tl.dot(tl.trans(a), bt, acc, input_precision=PRECISION)
+            if SQUARES:
+                sq_a += tl.sum(a * a, axis=0)
+                sq_b += tl.sum(bt * bt, axis=0)
+        slot = bh * parts + part
+        out = prod_ptr + slot * D * D + rd[:, None] * D + rd[None, :]
+        tl.store(out, acc, mask=dmask[:, None] & dmask[None, :])
+        if SQUARES:
+            tl.store(sq_ptr + slot * 2 * D + rd, sq_a, mask=dmask)
+            tl.store(sq_ptr + slot * 2 * D + D + rd, sq_b, mask=dmask)
+
+    @triton.jit
+    def _attend(qkv_ptr, prod_ptr, sq_ptr, t_ptr, out_ptr, attn_ptr,
+                gram_ptr, sqsum_ptr, N, H, D, PARTS, stride_b, stride_n,
+                stride_ob, stride_on, EPS: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                PRECISION: tl.constexpr):
+        """One program: image ``b``, head ``h`` (axis 0), one tile of tokens
+        (axis 1). Sums ``_token_products``' partial ``q^T k`` and squares,
+        forms the attention ``A`` (normalisation, temperature, softmax over
+        the key channels) and writes the tile's ``v A^T``; the first tile's
+        program also writes ``A``, ``q^T k`` and the squares, for the
+        backward."""
+        bh = tl.program_id(0)
+        tile = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        rd = tl.arange(0, BLOCK_D)
+        dmask = rd < D
+        mmask = dmask[:, None] & dmask[None, :]
+        square = rd[:, None] * D + rd[None, :]
+        gram = tl.zeros((BLOCK_D, BLOCK_D), dtype=tl.float32)
+        sq_q = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        sq_k = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        for part in range(0, PARTS):
+            slot = bh * PARTS + part
+            gram += tl.load(prod_ptr + slot * D * D + square, mask=mmask,
+                            other=0.)
+            sq_q += tl.load(sq_ptr + slot * 2 * D + rd, mask=dmask, other=0.)
+            sq_k += tl.load(sq_ptr + slot * 2 * D + D + rd, mask=dmask,
+                            other=0.)
+        norm_q = tl.maximum(tl.sqrt(sq_q), EPS)
+        norm_k = tl.maximum(tl.sqrt(sq_k), EPS)
+        t = tl.load(t_ptr + h).to(tl.float32)
+        logits = gram / (norm_q[:, None] * norm_k[None, :]) * t
+        logits = tl.where(dmask[None, :], logits, float('-inf'))
+        e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
+        attn = e / tl.sum(e, axis=1)[:, None]
+        if tile == 0:
+            tl.store(attn_ptr + bh * D * D + square, attn, mask=mmask)
+            tl.store(gram_ptr + bh * D * D + square, gram, mask=mmask)
+            tl.store(sqsum_ptr + bh * 2 * D + rd, sq_q, mask=dmask)
+            tl.store(sqsum_ptr + bh * 2 * D + D + rd, sq_k, mask=dmask)
+        rn = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rn < N)[:, None] & dmask[None, :]
+        v = tl.load(qkv_ptr + b * stride_b + rn[:, None] * stride_n +
+                    2 * H * D + h * D + rd[None, :], mask=mask,
+                    other=0.).to(tl.float32)
+        out = tl.dot(v, tl.trans(attn), input_precision=PRECISION)
+        tl.store(out_ptr + b * stride_ob + rn[:, None] * stride_on + h * D +
+                 rd[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _token_gradients(qkv_ptr, dout_ptr, m_ptr, dsq_ptr, dqkv_ptr, N, H,
+                         D, stride_b, stride_n, stride_db, stride_dn,
+                         BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                         PRECISION: tl.constexpr):
+        """One program: image ``b``, head ``h`` (axis 0), one tile of tokens
+        (axis 1): ``dq = k dS^T + 2 q ds_q``, ``dk = q dS + 2 k ds_k`` and
+        ``dv = dout A`` into the (B, N, 3C) gradient (``m``: A, then dS;
+        ``dsq``: ds_q, ds_k); ``dqkv`` has ``qkv``'s strides."""
+        bh = tl.program_id(0)
+        b = bh // H
+        h = bh % H
+        C = H * D
+        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rd = tl.arange(0, BLOCK_D)
+        dmask = rd < D
+        mask = (rn < N)[:, None] & dmask[None, :]
+        mmask = dmask[:, None] & dmask[None, :]
+        square = rd[:, None] * D + rd[None, :]
+        attn = tl.load(m_ptr + bh * D * D + square, mask=mmask, other=0.)
+        ds = tl.load(m_ptr + (tl.num_programs(0) + bh) * D * D + square,
+                     mask=mmask, other=0.)
+        ds_q = tl.load(dsq_ptr + bh * 2 * D + rd, mask=dmask, other=0.)
+        ds_k = tl.load(dsq_ptr + bh * 2 * D + D + rd, mask=dmask, other=0.)
+        offsets = b * stride_b + rn[:, None] * stride_n + h * D + rd[None, :]
+        q = tl.load(qkv_ptr + offsets, mask=mask, other=0.).to(tl.float32)
+        k = tl.load(qkv_ptr + offsets + C, mask=mask,
+                    other=0.).to(tl.float32)
+        dout = tl.load(dout_ptr + b * stride_db + rn[:, None] * stride_dn +
+                       h * D + rd[None, :], mask=mask,
+                       other=0.).to(tl.float32)
+        dq = tl.dot(k, tl.trans(ds), input_precision=PRECISION) + \
+            2 * q * ds_q[None, :]
+        dk = tl.dot(q, ds, input_precision=PRECISION) + \
+            2 * k * ds_k[None, :]
+        dv = tl.dot(dout, attn, input_precision=PRECISION)
+        kind = dqkv_ptr.dtype.element_ty
+        tl.store(dqkv_ptr + offsets, dq.to(kind), mask=mask)
+        tl.store(dqkv_ptr + offsets + C, dk.to(kind), mask=mask)
+        tl.store(dqkv_ptr + offsets + 2 * C, dv.to(kind), mask=mask)
+
+
+def _precision(dtype: torch.dtype) -> str:
+    """tl.dot's precision for fp32 products of ``dtype`` inputs: IEEE fp32
+    unless PyTorch allows TF32 in fp32 matmuls; TF32 for fp16 and bf16
+    inputs (whose mantissas it holds)."""
+    if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        return 'ieee'
+    return 'tf32'
+
+
+def _block_d(d: int) -> int:
+    return max(16, triton.next_power_of_2(d))
+
+
+def token_products(a: torch.Tensor, b: torch.Tensor, heads: int, d: int,
+                   squares: bool
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Per image and head of (B, N, >= heads * d) ``a`` and ``b`` (head
+    ``h``'s d channels at ``h * d`` of each token, channels contiguous), in
+    fp32 and by ranges of tokens (``parts``): ``sum_n a_n^T b_n``
+    (B * heads, parts, d, d) and, with ``squares``, the sums of the squares
+    of both (B * heads, parts, 2, d)."""
+    B, N = a.shape[:2]
+    parts = triton.cdiv(N, TOKENS_PER_PROGRAM)
+    prod = a.new_empty((B * heads, parts, d, d), dtype=torch.float32)
+    sq = a.new_empty((B * heads, parts, 2, d) if squares else (1,),
+                     dtype=torch.float32)
+    _token_products[(B * heads, parts)](
+        a, b, prod, sq, N, heads, d, a.stride(0), a.stride(1), b.stride(0),
+        b.stride(1), TOKENS_PER_PROGRAM, SQUARES=squares, BLOCK_N=BLOCK_N,
+        BLOCK_D=_block_d(d), PRECISION=_precision(a.dtype))
+    return prod, sq
+
+
+class _Attention(torch.autograd.Function):
+    """(B, N, 3C) qkv, temperature (heads, 1, 1) -> (B, N, C): two kernels
+    each way, and the backward's d x d algebra in PyTorch."""
+
+    @staticmethod
+    def forward(ctx, qkv, temperature, heads):
+        B, N, C3 = qkv.shape
+        C = C3 // 3
+        d = C // heads
+        prod, sq = token_products(qkv, qkv[..., C:], heads, d, squares=True)
+        out = qkv.new_empty((B, N, C))
+        attn, gram = (qkv.new_empty((B, heads, d, d), dtype=torch.float32)
+                      for _ in range(2))
+        sqsum = qkv.new_empty((B, heads, 2, d), dtype=torch.float32)
+        _attend[(B * heads, triton.cdiv(N, BLOCK_N))](
+            qkv, prod, sq, temperature, out, attn, gram, sqsum, N, heads, d,
+            prod.shape[1], qkv.stride(0), qkv.stride(1), out.stride(0),
+            out.stride(1), EPS=EPS, BLOCK_N=BLOCK_N, BLOCK_D=_block_d(d),
+            PRECISION=_precision(qkv.dtype))
+        ctx.save_for_backward(qkv, temperature, attn, gram, sqsum)
+        ctx.heads = heads
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        qkv, temperature, attn, gram, sq = ctx.saved_tensors
+        heads = ctx.heads
+        B, N, C3 = qkv.shape
+        C = C3 // 3
+        d = C // heads
+        dout = dout.contiguous()
+        dattn = token_products(dout, qkv[..., 2 * C:], heads, d,
+                               squares=False)[0].sum(1).view_as(attn)
+        norm = sq.sqrt().clamp_min(EPS)
+        scale = norm[:, :, 0, :, None] * norm[:, :, 1, None, :]
+        cosine = gram / scale
+        t = temperature.float()
+        # softmax; logits = cosine * t; cosine = gram / scale
+        dlogits = attn * (dattn - (dattn * attn).sum(-1, keepdim=True))
+        dtemperature = (dlogits * cosine).sum(dim=(0, 2, 3))
+        dgram = dlogits * t / scale
+        # scale = n_q n_k^T with n = max(sqrt(s), eps): the gradient of
+        # log(n_q) and log(n_k), then d log(n) / d s = 1 / (2 s) where the
+        # norm is above eps (0 where eps replaced it)
+        dlogscale = dlogits * t * cosine
+        dlognorm = -torch.stack([dlogscale.sum(-1), dlogscale.sum(-2)], dim=2)
+        dsq = torch.where(sq.sqrt() > EPS, dlognorm / (2 * sq.clamp_min(
+            EPS * EPS)), torch.zeros_like(sq))
+        dqkv = torch.empty_like(qkv)
+        matrices = torch.stack([attn, dgram]).contiguous()
+        _token_gradients[(B * heads, triton.cdiv(N, BLOCK_N))](
+            qkv, dout, matrices, dsq.contiguous(), dqkv, N, heads, d,
+            qkv.stride(0), qkv.stride(1), dout.stride(0), dout.stride(1),
+            BLOCK_N=BLOCK_N, BLOCK_D=_block_d(d),
+            PRECISION=_precision(qkv.dtype))
+        return dqkv, dtemperature.to(temperature.dtype).view_as(temperature), \
+            None
+
+
+def attention(qkv: torch.Tensor, temperature: torch.Tensor,
+              heads: int) -> torch.Tensor:
+    """XCA's attention core: (B, N, 3C) ``qkv`` and
+    the (heads, 1, 1) ``temperature`` -> the (B, N, C) attended values,
+    before the output projection."""
+    return _Attention.apply(qkv.contiguous(), temperature, heads)

@@ -43,7 +43,8 @@ test: install
 #             launches against GPU time, CUDA graphs and static compilation
 #             (launch_probe.jsonl)
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
-#             straightforward, default, every fast path, compiled; fp32 and
+#             straightforward, default, every fast path (on CUDA: XCA's
+#             Triton kernels and the CPU-tuned paths), compiled; fp32 and
 #             AMP; inference (batch 1, 2) and training steps
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
 #             steps against their fast_path=False baselines
@@ -76,7 +77,8 @@ gpu-report-backbone:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone --sizes 800x1344 \
 	    --models xcit_small_12_p16@reference xcit_small_12_p16 \
 	    xcit_small_12_p16@always xcit_small_12_p16@reference+amp \
-	    xcit_small_12_p16@amp xcit_small_12_p16@compile \
+	    xcit_small_12_p16@amp xcit_small_12_p16@always+amp \
+	    xcit_small_12_p16@compile \
 	    --batch 1 2 --modes infer train
 
 gpu-report-heads:

@@ -330,7 +330,8 @@ def test_resume_on_one_gpu(tiny_coco, tmp_path):
 
 def test_launch_probe_runs(tmp_path):
     """make gpu-report's probe of launches against GPU time, at a tiny
-    size: every eager row, its kernels and its CUDA graph replay."""
+    size: every eager row (XCA straightforward and on its kernels), its
+    kernels and its CUDA graph replay."""
     import json
     proc = run_tool('docs/benchmark/gpu/launch_probe.py', '--out', tmp_path,
                     '--arch', 'nano_12_p16', '--size', '64x96',
@@ -338,6 +339,13 @@ def test_launch_probe_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in
             (tmp_path / 'launch_probe.jsonl').read_text().splitlines()]
-    assert len(rows) == 6
+    assert len(rows) == 11
     assert all(r['kernels'] > 0 and r['eager_ms'] > 0 for r in rows)
+    # XCA's Triton kernels launch fewer kernels than its straightforward
+    # computation, in every precision and mode
+    launched = {(r['what'], r['precision'], r['xca']): r['kernels']
+                for r in rows if 'xca' in r}
+    for (what, precision, xca), count in launched.items():
+        if xca == 'kernels':
+            assert count < launched[what, precision, 'straightforward']
     assert all(r['cuda_graph_ms'] > 0 for r in rows if r['what'] == 'infer')

@@ -15,10 +15,11 @@ are never materialised. Forward: ``_token_products`` sums ``S`` and the
 squares over ranges of tokens, one program per range; ``_attend`` adds the
 ranges' sums, forms ``A`` and writes each tile's ``v A^T`` straight into
 the (B, N, C) layout the output projection reads. Backward: ``dA = sum_n
-dout^T v`` by the same ``_token_products``, the softmax, temperature and
-normalisation gradients on (B, heads, d, d) tensors in PyTorch, then
-``_token_gradients`` writes each tile's ``dq = k dS^T + 2 q ds_q``, ``dk =
-q dS + 2 k ds_k`` and ``dv = dout A`` into one (B, N, 3C) gradient.
+dout^T v`` by the same ``_token_products``; ``_token_gradients`` adds the
+ranges' sums, takes them back through the softmax, the temperature and the
+normalisation on the d x d matrices, and writes each tile's ``dq = k dS^T +
+2 q ds_q``, ``dk = q dS + 2 k ds_k`` and ``dv = dout A`` into one (B, N,
+3C) gradient.
 
 Products are accumulated in fp32 whatever the input's dtype (fp16 or bf16
 under autocast, whose dtype the output and ``qkv``'s gradient keep); fp32
@@ -145,29 +146,56 @@ if triton is not None:
                  rd[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _token_gradients(qkv_ptr, dout_ptr, m_ptr, dsq_ptr, dqkv_ptr, N, H,
-                         D, stride_b, stride_n, stride_db, stride_dn,
-                         BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                         PRECISION: tl.constexpr):
+    def _token_gradients(qkv_ptr, dout_ptr, dprod_ptr, attn_ptr, gram_ptr,
+                         sq_ptr, t_ptr, dqkv_ptr, dt_ptr, N, H, D, PARTS,
+                         stride_b, stride_n, stride_db, stride_dn,
+                         EPS: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
         """One program: image ``b``, head ``h`` (axis 0), one tile of tokens
-        (axis 1): ``dq = k dS^T + 2 q ds_q``, ``dk = q dS + 2 k ds_k`` and
-        ``dv = dout A`` into the (B, N, 3C) gradient (``m``: A, then dS;
-        ``dsq``: ds_q, ds_k); ``dqkv`` has ``qkv``'s strides."""
+        (axis 1). Sums the partial ``dA = sum_n dout^T v``, takes it back
+        through the softmax, the temperature and the normalisation (to
+        ``dS``, the gradient of ``q^T k``, and ``ds_q``, ``ds_k``, those of
+        the squared norms), and writes the tile's ``dq = k dS^T + 2 q
+        ds_q``, ``dk = q dS + 2 k ds_k`` and ``dv = dout A`` into the
+        (B, N, 3C) gradient, which has ``qkv``'s strides. The first tile's
+        program also writes the temperature's gradient for its image."""
         bh = tl.program_id(0)
+        tile = tl.program_id(1)
         b = bh // H
         h = bh % H
         C = H * D
-        rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
         rd = tl.arange(0, BLOCK_D)
         dmask = rd < D
-        mask = (rn < N)[:, None] & dmask[None, :]
         mmask = dmask[:, None] & dmask[None, :]
         square = rd[:, None] * D + rd[None, :]
-        attn = tl.load(m_ptr + bh * D * D + square, mask=mmask, other=0.)
-        ds = tl.load(m_ptr + (tl.num_programs(0) + bh) * D * D + square,
-                     mask=mmask, other=0.)
-        ds_q = tl.load(dsq_ptr + bh * 2 * D + rd, mask=dmask, other=0.)
-        ds_k = tl.load(dsq_ptr + bh * 2 * D + D + rd, mask=dmask, other=0.)
+        dattn = tl.zeros((BLOCK_D, BLOCK_D), dtype=tl.float32)
+        for part in range(0, PARTS):
+            dattn += tl.load(dprod_ptr + (bh * PARTS + part) * D * D + square,
+                             mask=mmask, other=0.)
+        attn = tl.load(attn_ptr + bh * D * D + square, mask=mmask, other=0.)
+        gram = tl.load(gram_ptr + bh * D * D + square, mask=mmask, other=0.)
+        sq_q = tl.load(sq_ptr + bh * 2 * D + rd, mask=dmask, other=0.)
+        sq_k = tl.load(sq_ptr + bh * 2 * D + D + rd, mask=dmask, other=0.)
+        t = tl.load(t_ptr + h).to(tl.float32)
+        scale = tl.maximum(tl.sqrt(sq_q), EPS)[:, None] * \
+            tl.maximum(tl.sqrt(sq_k), EPS)[None, :]
+        cosine = gram / scale
+        # softmax; logits = cosine * t; cosine = gram / scale
+        dlogits = attn * (dattn - tl.sum(dattn * attn, axis=1)[:, None])
+        if tile == 0:
+            tl.store(dt_ptr + bh, tl.sum(tl.sum(dlogits * cosine, axis=1),
+                                         axis=0))
+        ds = dlogits * t / scale
+        # scale = n_q n_k^T with n = max(sqrt(s), eps): the gradients of
+        # log(n_q) and log(n_k), then d log(n) / d s = 1 / (2 s) where the
+        # norm is above eps (0 where eps replaced it)
+        dlogscale = dlogits * t * cosine
+        ds_q = tl.where(tl.sqrt(sq_q) > EPS, -tl.sum(dlogscale, axis=1) /
+                        (2 * tl.maximum(sq_q, EPS * EPS)), 0.)
+        ds_k = tl.where(tl.sqrt(sq_k) > EPS, -tl.sum(dlogscale, axis=0) /
+                        (2 * tl.maximum(sq_k, EPS * EPS)), 0.)
+        rn = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask = (rn < N)[:, None] & dmask[None, :]
         offsets = b * stride_b + rn[:, None] * stride_n + h * D + rd[None, :]
         q = tl.load(qkv_ptr + offsets, mask=mask, other=0.).to(tl.float32)
         k = tl.load(qkv_ptr + offsets + C, mask=mask,
@@ -220,8 +248,8 @@ def token_products(a: torch.Tensor, b: torch.Tensor, heads: int, d: int,
 
 
 class _Attention(torch.autograd.Function):
-    """(B, N, 3C) qkv, temperature (heads, 1, 1) -> (B, N, C): two kernels
-    each way, and the backward's d x d algebra in PyTorch."""
+    """(B, N, 3C) qkv, temperature (heads, 1, 1) -> (B, N, C), in two
+    kernels each way."""
 
     @staticmethod
     def forward(ctx, qkv, temperature, heads):
@@ -244,38 +272,23 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        qkv, temperature, attn, gram, sq = ctx.saved_tensors
+        qkv, temperature, attn, gram, sqsum = ctx.saved_tensors
         heads = ctx.heads
         B, N, C3 = qkv.shape
         C = C3 // 3
         d = C // heads
         dout = dout.contiguous()
-        dattn = token_products(dout, qkv[..., 2 * C:], heads, d,
-                               squares=False)[0].sum(1).view_as(attn)
-        norm = sq.sqrt().clamp_min(EPS)
-        scale = norm[:, :, 0, :, None] * norm[:, :, 1, None, :]
-        cosine = gram / scale
-        t = temperature.float()
-        # softmax; logits = cosine * t; cosine = gram / scale
-        dlogits = attn * (dattn - (dattn * attn).sum(-1, keepdim=True))
-        dtemperature = (dlogits * cosine).sum(dim=(0, 2, 3))
-        dgram = dlogits * t / scale
-        # scale = n_q n_k^T with n = max(sqrt(s), eps): the gradient of
-        # log(n_q) and log(n_k), then d log(n) / d s = 1 / (2 s) where the
-        # norm is above eps (0 where eps replaced it)
-        dlogscale = dlogits * t * cosine
-        dlognorm = -torch.stack([dlogscale.sum(-1), dlogscale.sum(-2)], dim=2)
-        dsq = torch.where(sq.sqrt() > EPS, dlognorm / (2 * sq.clamp_min(
-            EPS * EPS)), torch.zeros_like(sq))
+        dprod, _ = token_products(dout, qkv[..., 2 * C:], heads, d,
+                                  squares=False)
         dqkv = torch.empty_like(qkv)
-        matrices = torch.stack([attn, dgram]).contiguous()
+        dt = qkv.new_empty((B, heads), dtype=torch.float32)
         _token_gradients[(B * heads, triton.cdiv(N, BLOCK_N))](
-            qkv, dout, matrices, dsq.contiguous(), dqkv, N, heads, d,
-            qkv.stride(0), qkv.stride(1), dout.stride(0), dout.stride(1),
-            BLOCK_N=BLOCK_N, BLOCK_D=_block_d(d),
-            PRECISION=_precision(qkv.dtype))
-        return dqkv, dtemperature.to(temperature.dtype).view_as(temperature), \
-            None
+            qkv, dout, dprod, attn, gram, sqsum, temperature, dqkv, dt, N,
+            heads, d, dprod.shape[1], qkv.stride(0), qkv.stride(1),
+            dout.stride(0), dout.stride(1), EPS=EPS, BLOCK_N=BLOCK_N,
+            BLOCK_D=_block_d(d), PRECISION=_precision(qkv.dtype))
+        dtemperature = dt.sum(0).to(temperature.dtype).view_as(temperature)
+        return dqkv, dtemperature, None
 
 
 def attention(qkv: torch.Tensor, temperature: torch.Tensor,

@@ -234,6 +234,20 @@ def test_gradients_in_the_parameters_strides(setting):
                                                p.stride())
 
 
+def test_gradients_of_a_module_swapped_in_keep_their_strides():
+    """The parameters are looked at once per training mode, not on every
+    forward: a branch replaced afterwards gets its hooks when the model is
+    next put in training mode (as a training loop does when it starts)."""
+    model = randomized().train()
+    model(X)
+    block = model.blocks[0]
+    block.local_mp = type(block.local_mp)(block.local_mp.conv1.in_channels)
+    model.train()
+    sum(o.sum() for o in model(X)).backward()
+    for name, p in model.named_parameters():
+        assert p.grad.stride() == p.stride(), name
+
+
 def test_gpu_policy_probe_runs(tmp_path, monkeypatch):
     """The probe behind the CUDA column (make gpu-report) on the CPU at a
     tiny size: every part forced on and off alone in every scenario."""

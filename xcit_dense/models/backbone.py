@@ -27,7 +27,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..registry import MODELS
 from .block import XCABlock
-from .ops.grad_layout import keep_grad_layouts
+from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
 from .policy import check_setting as check_fast_path_setting
 from .policy import compile_options
 from .positional_encoding import CachedFourierEncoding
@@ -294,6 +294,7 @@ class XCiT(BaseModule):
     def train(self, mode: bool = True) -> 'XCiT':
         super().train(mode)
         if mode:
+            look_at_parameters_again(self)  # a module swapped since
             for module in self._frozen_modules():
                 module.eval()
             if self.norm_eval:

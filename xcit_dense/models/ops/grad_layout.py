@@ -28,6 +28,11 @@ import torch.nn as nn
 # so no weak set): a copied model (deepcopy, pickling) has new parameters
 # without hooks, which get theirs on its next forward
 _HOOKED: Dict[int, 'weakref.ref[torch.Tensor]'] = {}
+# the modules whose parameters were all looked at since they were last put
+# in training mode (walking a backbone's parameters takes about a
+# millisecond, too much for every forward): a copied model is a new module,
+# and a submodule replaced before training starts is seen then
+_KEPT: 'weakref.WeakSet[nn.Module]' = weakref.WeakSet()
 
 
 def _may_arrive_in_other_strides(param: torch.Tensor) -> bool:
@@ -52,8 +57,11 @@ def _restride_hook(param: torch.Tensor):
 
 def keep_grad_layouts(module: nn.Module) -> None:
     """Give every parameter of ``module`` whose gradient may arrive in other
-    strides a hook that hands it over in the parameter's own (idempotent,
-    cheap: called on every training forward)."""
+    strides a hook that hands it over in the parameter's own (idempotent;
+    the parameters are looked at again only after
+    :func:`look_at_parameters_again`)."""
+    if module in _KEPT:
+        return
     for param in module.parameters():
         hooked = _HOOKED.get(id(param))
         if (hooked is not None and hooked() is param) or \
@@ -63,3 +71,11 @@ def keep_grad_layouts(module: nn.Module) -> None:
         key = id(param)
         _HOOKED[key] = weakref.ref(param, lambda _, key=key: _HOOKED.pop(
             key, None))
+    _KEPT.add(module)
+
+
+def look_at_parameters_again(module: nn.Module) -> None:
+    """Have the next :func:`keep_grad_layouts` of ``module`` look at its
+    parameters again (they may have been replaced): called when it is put
+    in training mode."""
+    _KEPT.discard(module)

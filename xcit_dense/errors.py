@@ -41,3 +41,12 @@ class DataError(XCiTDenseError, ValueError):
 
 class ExportError(XCiTDenseError):
     """An export that failed or that does not reproduce the model."""
+
+
+def first_line(error: BaseException) -> str:
+    """A foreign error (a compiler's, an exporter's, whose messages run to
+    hundreds of lines) in one line: its type and the first non-empty line
+    of its message."""
+    lines = (line.strip() for line in str(error).splitlines())
+    return f'{type(error).__name__}: ' + next(
+        (line for line in lines if line), '(no message)')

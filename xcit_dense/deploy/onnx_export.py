@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from ..atomic_files import move_into_place, unverified_file
-from ..errors import ExportError, UserError
+from ..errors import ExportError, UserError, first_line
 from ..models.policy import fast_path
 from .adaptive_pooling import DECOMPOSITIONS
 from .detection_check import verify_detections
@@ -150,7 +150,7 @@ def _export(graph: nn.Module, path: str, example: torch.Tensor,
                 program = program.run_decompositions(DECOMPOSITIONS)
         except Exception as e:  # the exporter's errors have many types
             raise ExportError(f'torch.export cannot trace '
-                              f'{type(graph).__name__}: {_first_line(e)}'
+                              f'{type(graph).__name__}: {first_line(e)}'
                               ) from e
         try:
             onnx_program = torch.onnx.export(
@@ -163,13 +163,7 @@ def _export(graph: nn.Module, path: str, example: torch.Tensor,
         except Exception as e:
             raise ExportError(f'torch.onnx.export cannot translate '
                               f'{type(graph).__name__} to ONNX: '
-                              f'{_first_line(e)}') from e
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f'{type(error).__name__}: ' + (text.splitlines()[0] if text
-                                          else '')
+                              f'{first_line(e)}') from e
 
 
 def verify_onnx(path: str, graph: nn.Module, batch: int,

@@ -25,6 +25,7 @@ from mmengine.model import BaseModule
 from timm.layers import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..errors import first_line
 from ..registry import MODELS
 from .block import XCABlock
 from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
@@ -229,7 +230,7 @@ class XCiT(BaseModule):
             with _backward_compiled_with_forward():
                 return compiled(self, x)
         except Exception as error:  # the compiler's failure, or the model's
-            failure = f'{type(error).__name__}: {_first_line(error)}'
+            failure = first_line(error)
         # the eager forward decides: if it fails too, its error is the
         # model's own and is raised alone; if it runs, compiling stops here
         outs = self._forward_pyramid(x)
@@ -367,13 +368,6 @@ def _backward_compiled_with_forward():
     if not hasattr(config, 'force_non_lazy_backward_lowering'):
         return nullcontext()
     return config.patch(force_non_lazy_backward_lowering=True)
-
-
-def _first_line(error: BaseException) -> str:
-    """The first non-empty line of ``error``'s message (Inductor's run to
-    hundreds of lines)."""
-    lines = [line.strip() for line in str(error).splitlines()]
-    return next((line for line in lines if line), '(no message)')
 
 
 def _init_linear(module: nn.Module) -> None:

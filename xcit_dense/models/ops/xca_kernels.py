@@ -95,6 +95,17 @@ if triton is not None:
             tl.store(sq_ptr + slot * 2 * D + D + rd, sq_b, mask=dmask)
 
     @triton.jit
+    def _sum_parts(ptr, first, PARTS, size, offsets, mask):
+        """The sum of the ``PARTS`` blocks of ``size`` values from block
+        ``first`` on (``_token_products``' partial sums of one image and
+        head), each read at ``offsets``."""
+        total = tl.zeros(offsets.shape, dtype=tl.float32)
+        for part in range(0, PARTS):
+            total += tl.load(ptr + (first + part) * size + offsets, mask=mask,
+                             other=0.)
+        return total
+
+    @triton.jit
     def _attend(qkv_ptr, prod_ptr, sq_ptr, t_ptr, out_ptr, attn_ptr,
                 gram_ptr, sqsum_ptr, N, H, D, PARTS, stride_b, stride_n,
                 stride_ob, stride_on, EPS: tl.constexpr,
@@ -114,16 +125,9 @@ if triton is not None:
         dmask = rd < D
         mmask = dmask[:, None] & dmask[None, :]
         square = rd[:, None] * D + rd[None, :]
-        gram = tl.zeros((BLOCK_D, BLOCK_D), dtype=tl.float32)
-        sq_q = tl.zeros((BLOCK_D,), dtype=tl.float32)
-        sq_k = tl.zeros((BLOCK_D,), dtype=tl.float32)
-        for part in range(0, PARTS):
-            slot = bh * PARTS + part
-            gram += tl.load(prod_ptr + slot * D * D + square, mask=mmask,
-                            other=0.)
-            sq_q += tl.load(sq_ptr + slot * 2 * D + rd, mask=dmask, other=0.)
-            sq_k += tl.load(sq_ptr + slot * 2 * D + D + rd, mask=dmask,
-                            other=0.)
+        gram = _sum_parts(prod_ptr, bh * PARTS, PARTS, D * D, square, mmask)
+        sq_q = _sum_parts(sq_ptr, bh * PARTS, PARTS, 2 * D, rd, dmask)
+        sq_k = _sum_parts(sq_ptr, bh * PARTS, PARTS, 2 * D, D + rd, dmask)
         norm_q = tl.maximum(tl.sqrt(sq_q), EPS)
         norm_k = tl.maximum(tl.sqrt(sq_k), EPS)
         t = tl.load(t_ptr + h).to(tl.float32)
@@ -168,10 +172,8 @@ if triton is not None:
         dmask = rd < D
         mmask = dmask[:, None] & dmask[None, :]
         square = rd[:, None] * D + rd[None, :]
-        dattn = tl.zeros((BLOCK_D, BLOCK_D), dtype=tl.float32)
-        for part in range(0, PARTS):
-            dattn += tl.load(dprod_ptr + (bh * PARTS + part) * D * D + square,
-                             mask=mmask, other=0.)
+        dattn = _sum_parts(dprod_ptr, bh * PARTS, PARTS, D * D, square,
+                           mmask)
         attn = tl.load(attn_ptr + bh * D * D + square, mask=mmask, other=0.)
         gram = tl.load(gram_ptr + bh * D * D + square, mask=mmask, other=0.)
         sq_q = tl.load(sq_ptr + bh * 2 * D + rd, mask=dmask, other=0.)

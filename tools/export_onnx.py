@@ -140,7 +140,8 @@ def main():
     check_images, source = [], None
     if whole_detector:
         check_images, source = detector_check_images(
-            cfg, (height, width), args.dynamic)
+            cfg, (height, width), args.dynamic,
+            loaded=images if args.int8 else None)
     rows = export_onnx(graph, args.out, args.batch, height, width,
                        dynamic=args.dynamic, opset=args.opset,
                        images=check_images)
@@ -164,19 +165,21 @@ def main():
         print(f'wrote {int8_path}')
 
 
-def detector_check_images(cfg, size, dynamic: bool):
+def detector_check_images(cfg, size, dynamic: bool, loaded=None):
     """What a whole detector's export is checked on besides the synthetic
-    image of each verification size: up to :data:`DETECTOR_CHECK_IMAGES`
+    image of each verification size: the first :data:`DETECTOR_CHECK_IMAGES`
     images of the config's test dataset where it exists (as its pipeline
-    gives them; with a fixed export size, those of that size), else as many
+    gives them, or of ``loaded``, its first images when ``--int8`` has
+    read them; with a fixed export size, those of that size), else as many
     more synthetic images of the export size. Returns the images and where
     they come from."""
-    try:
-        check_datasets(cfg, ('test', ))
-        images = dataset_images(cfg, DETECTOR_CHECK_IMAGES)
-    except UserError:  # no dataset here: synthetic images
-        images = []
-    images = [torch.from_numpy(im) for im in images
+    if loaded is None:
+        try:
+            check_datasets(cfg, ('test', ))
+            loaded = dataset_images(cfg, DETECTOR_CHECK_IMAGES)
+        except UserError:  # no dataset here: synthetic images
+            loaded = []
+    images = [torch.from_numpy(im) for im in loaded[:DETECTOR_CHECK_IMAGES]
               if dynamic or tuple(im.shape[-2:]) == tuple(size)]
     if images:
         return images, 'from the test dataset'

@@ -231,6 +231,16 @@ def _nvidia_smi() -> str:
         return ''
 
 
+def gpu_capabilities() -> List[Tuple[int, int]]:
+    """The compute capability of each GPU PyTorch sees (none without
+    CUDA)."""
+    import torch
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_capability(i)
+            for i in range(torch.cuda.device_count())]
+
+
 def plan(env: Dict[str, str]) -> Dict[str, str]:
     """What ``setup_env.sh`` does on this machine (see the module
     docstring)."""
@@ -238,9 +248,7 @@ def plan(env: Dict[str, str]) -> Dict[str, str]:
     force = env.get('FORCE_CUDA')
     if force == '0':
         return dict(ARCHS='')
-    capabilities = [torch.cuda.get_device_capability(i)
-                    for i in range(torch.cuda.device_count())] \
-        if torch.cuda.is_available() else []
+    capabilities = gpu_capabilities()
     if not capabilities and force != '1':
         smi = _nvidia_smi()
         if smi.strip():
@@ -558,9 +566,7 @@ def present_machine() -> Dict:
     return dict(mmcv=pinned_version('mmcv'), torch=torch.__version__,
                 cuda=torch.version.cuda, python=python_tag(),
                 machine=platform.machine(),
-                capabilities=[torch.cuda.get_device_capability(i)
-                              for i in range(torch.cuda.device_count())]
-                if torch.cuda.is_available() else [])
+                capabilities=gpu_capabilities())
 
 
 def _record_hashes(text: str) -> Dict[str, str]:

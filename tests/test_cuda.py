@@ -163,6 +163,38 @@ def test_xca_kernels_match_the_straightforward_attention(no_tf32, dtype):
         assert _relative(g, r) < tol[dtype], name
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float16,
+                                   torch.bfloat16])
+@pytest.mark.parametrize('training', [True, False])
+def test_lpi_kernels_match_the_straightforward_branch(no_tf32, dtype,
+                                                      training):
+    """LPI's kernels compiled for the GPU, at XCiT-S12's width and the grid
+    of a 800x1344 image at stride 16 (ragged tiles): output, gradients and
+    BatchNorm's buffers against the straightforward computation in fp32 on
+    the same inputs (the CPU tests run the same kernels interpreted,
+    tests/test_lpi_kernels.py)."""
+    from test_lpi_kernels import branch, run, straightforward
+
+    from xcit_dense.models.ops import lpi_kernels
+    torch.manual_seed(0)
+    H, W = 50, 84
+    y = (torch.randn(2, H * W, 384, device='cuda') + 1).to(dtype)
+    layers = [m.cuda().train(training) for m in branch(384)]
+    ref_layers = copy.deepcopy(layers)
+    gamma = torch.rand(384, device='cuda') + 0.5
+    residual = torch.randn(2, H * W, 384, device='cuda')
+    grad = torch.randn_like(residual)
+    got = run(lpi_kernels.local_interaction, y, H, W, layers, gamma,
+              residual, grad)
+    ref = run(straightforward, y.float(), H, W, ref_layers, gamma, residual,
+              grad)
+    tol = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+    assert got[1][0].dtype == dtype
+    for i, (g, r) in enumerate(zip([got[0], *got[1], *got[2]],
+                                   [ref[0], *ref[1], *ref[2]])):
+        assert _relative(g, r) < tol[dtype], i
+
+
 @pytest.mark.parametrize('dynamic', [False, True])
 def test_compiled_backbone_matches_eager(no_tf32, dynamic):
     """Compilation, opt-in on CUDA: Inductor compiles the training graph
@@ -330,8 +362,8 @@ def test_resume_on_one_gpu(tiny_coco, tmp_path):
 
 def test_launch_probe_runs(tmp_path):
     """make gpu-report's probe of launches against GPU time, at a tiny
-    size: every eager row (XCA straightforward and on its kernels), its
-    kernels and its CUDA graph replay."""
+    size: every eager row (no part, XCA, LPI, both on their Triton
+    kernels), its kernels and its CUDA graph replay."""
     import json
     proc = run_tool('docs/benchmark/gpu/launch_probe.py', '--out', tmp_path,
                     '--arch', 'nano_12_p16', '--size', '64x96',
@@ -339,13 +371,13 @@ def test_launch_probe_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in
             (tmp_path / 'launch_probe.jsonl').read_text().splitlines()]
-    assert len(rows) == 11
+    assert len(rows) == 21
     assert all(r['kernels'] > 0 and r['eager_ms'] > 0 for r in rows)
-    # XCA's Triton kernels launch fewer kernels than its straightforward
-    # computation, in every precision and mode
-    launched = {(r['what'], r['precision'], r['xca']): r['kernels']
-                for r in rows if 'xca' in r}
-    for (what, precision, xca), count in launched.items():
-        if xca == 'kernels':
-            assert count < launched[what, precision, 'straightforward']
+    # each part's Triton kernels launch fewer kernels than its
+    # straightforward computation, in every precision and mode
+    launched = {(r['what'], r['precision'], r['triton']): r['kernels']
+                for r in rows if 'triton' in r}
+    for (what, precision, triton), count in launched.items():
+        if triton != 'none':
+            assert count < launched[what, precision, 'none'], triton
     assert all(r['cuda_graph_ms'] > 0 for r in rows if r['what'] == 'infer')

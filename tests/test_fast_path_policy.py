@@ -16,7 +16,7 @@ from xcit_dense.models import policy
 from xcit_dense.models.block import XCABlock
 from xcit_dense.models.lpi import LPI
 from xcit_dense.models.mlp import Mlp
-from xcit_dense.models.ops import xca_kernels
+from xcit_dense.models.ops import lpi_kernels, xca_kernels
 from xcit_dense.models.positional_encoding import CachedFourierEncoding
 from xcit_dense.models.pyramid import TransposedConvUpsampler
 from xcit_dense.models.stem import ConvPatchEmbed
@@ -29,7 +29,7 @@ FAST_METHODS = {
     ConvPatchEmbed: '_channels_last',
     CachedFourierEncoding: 'cached_features',
     XCA: '_from_second_moments',  # on CUDA eagerly: xca_kernels.attention
-    LPI: '_channels_last',
+    LPI: '_channels_last',  # on CUDA eagerly: lpi_kernels.local_interaction
     Mlp: '_fused',
     XCABlock: None,  # its fast path calls the branches' residual_forward
     TransposedConvUpsampler: '_token_gemms',
@@ -57,12 +57,14 @@ def taken(monkeypatch):
         seen.add('XCABlock')
         return original_residual(self, x, norm, *args)
     monkeypatch.setattr(XCA, 'residual_forward', block_spy)
-    original_kernels = xca_kernels.attention
-
-    def kernels_spy(*args):  # XCA's fast path on CUDA, eagerly
-        seen.add('XCA')
-        return original_kernels(*args)
-    monkeypatch.setattr(xca_kernels, 'attention', kernels_spy)
+    # XCA's and LPI's fast paths on CUDA, eagerly: their Triton kernels
+    for part, kernels, name in ((XCA, xca_kernels, 'attention'),
+                                (LPI, lpi_kernels, 'local_interaction')):
+        def kernels_spy(*args, _part=part.__name__,
+                        _original=getattr(kernels, name)):
+            seen.add(_part)
+            return _original(*args)
+        monkeypatch.setattr(kernels, name, kernels_spy)
     return seen
 
 

@@ -15,7 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from xcit_dense import fast_path
-from xcit_dense.models import xca
+from xcit_dense.models import policy, xca
 from xcit_dense.models.ops import xca_kernels
 
 from test_fast_path import assert_training_matches_reference, randomized
@@ -105,7 +105,7 @@ def test_kernels_in_half_precision_accumulate_in_fp32(interpreted, dtype,
 @pytest.fixture
 def kernels_on_the_cpu(interpreted, monkeypatch):
     """XCA takes its kernel path on the CPU too."""
-    monkeypatch.setattr(xca, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+    monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
 
 
 def test_backbone_on_the_kernels_matches_the_straightforward_one(

@@ -1,4 +1,6 @@
-"""Local patch interaction (LPI), with its channels-last fast path."""
+"""Local patch interaction (LPI), with its fast paths: channels-last
+convolutions (CPU, and CUDA under ``torch.compile``) and Triton kernels
+(CUDA, eager)."""
 from typing import Optional, Type
 
 import torch
@@ -7,8 +9,10 @@ from mmcv.cnn import build_norm_layer
 from timm.models.xcit import LPI as TimmLPI
 
 from . import policy
-from .ops import onednn
+from .ops import lpi_kernels, onednn
 from .ops.folding import fold_scale
+
+CHANNELS_LAST, KERNELS = 'channels last', 'kernels'
 
 
 class LPI(TimmLPI):
@@ -16,11 +20,20 @@ class LPI(TimmLPI):
     them, mixing each token with its neighbours on the token grid.
 
     timm's module (``conv1``, ``act``, ``bn``, ``conv2``) with the norm built
-    from ``norm_cfg`` (BatchNorm by default). Fast path: the convolutions
-    run on a channels-last *view* of the (B, N, C) tokens (no NCHW copies),
-    with the activation fused into the first on oneDNN; in
-    :meth:`residual_forward` the layer scale is folded into the second and,
-    in inference, the residual added inside it.
+    from ``norm_cfg`` (BatchNorm by default), and two fast paths in
+    :meth:`forward` and :meth:`residual_forward` beside the straightforward
+    computation:
+
+    * on the CPU, and on CUDA under ``torch.compile``: the convolutions run
+      on a channels-last *view* of the (B, N, C) tokens (no NCHW copies),
+      with the activation fused into the first on oneDNN; in
+      :meth:`residual_forward` the layer scale is folded into the second
+      and, in inference, the residual added inside it.
+    * on CUDA, eagerly: the whole branch, layer scale and residual included,
+      in three Triton kernels each way on the tokens as they lie
+      (:mod:`.ops.lpi_kernels`), for depth-wise 3x3 convolutions, exact GELU
+      and ``nn.BatchNorm2d`` (its batch statistics and running averages as
+      its own forward keeps them) in fp32, fp16 and bf16.
     """
     use_fast_path = True
 
@@ -32,7 +45,10 @@ class LPI(TimmLPI):
 
     def forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:
         """(B, N, C) tokens of an H x W grid -> (B, N, C)."""
-        if self._fast_path_applies(x):
+        path = self._fast_path(x)
+        if path == KERNELS:
+            return self._kernels(x, H, W)
+        if path == CHANNELS_LAST:
             return self._channels_last(x, H, W)
         B, N, C = x.shape
         x = x.permute(0, 2, 1).reshape(B, C, H, W)
@@ -44,14 +60,55 @@ class LPI(TimmLPI):
                          drop_path: nn.Module) -> torch.Tensor:
         """``x + drop_path(gamma * self(norm(x), H, W))``: the local branch
         of a block."""
-        if self._fast_path_applies(x):
+        path = self._fast_path(x)
+        if path == KERNELS:
+            if policy.is_inactive(drop_path):
+                return self._kernels(norm(x), H, W, gamma, x)
+            return x + drop_path(self._kernels(norm(x), H, W, gamma))
+        if path == CHANNELS_LAST:
             return self._channels_last(norm(x), H, W, gamma, x, drop_path)
         return x + drop_path(gamma * self(norm(x), H, W))
 
-    def _fast_path_applies(self, x: torch.Tensor) -> bool:
-        return policy.applies(self, LPI, x) and \
-            policy.is_plain_conv(self.conv1) and \
-            policy.is_plain_conv(self.conv2)
+    def _fast_path(self, x: torch.Tensor) -> Optional[str]:
+        """The fast path that runs for ``x``, or None (the straightforward
+        computation)."""
+        if not (policy.applies(self, LPI, x) and
+                policy.is_plain_conv(self.conv1) and
+                policy.is_plain_conv(self.conv2)):
+            return None
+        if policy.on_kernel_device(x):
+            return KERNELS if self._kernels_apply(x) else None
+        return CHANNELS_LAST
+
+    def _kernels_apply(self, x: torch.Tensor) -> bool:
+        """The Triton kernels compute this module on ``x``: depth-wise 3x3
+        convolutions of stride 1 and padding 1 on its channels, exact GELU,
+        ``nn.BatchNorm2d`` (with more than one value per channel to
+        normalise in training, else its own error is raised), and a dtype
+        the kernels are written for."""
+        B, N, C = x.shape
+        bn = self.bn
+        return lpi_kernels.available() and \
+            x.dtype in policy.KERNEL_DTYPES and \
+            all(type(c) is nn.Conv2d and c.groups == C == c.in_channels ==
+                c.out_channels and c.kernel_size == (3, 3) and
+                c.stride == (1, 1) and c.padding == (1, 1)
+                for c in (self.conv1, self.conv2)) and \
+            policy.is_exact_gelu(self.act) and \
+            type(bn) is nn.BatchNorm2d and bn.num_features == C and \
+            not ((bn.training or bn.running_mean is None) and B * N == 1)
+
+    def _kernels(self, y: torch.Tensor, H: int, W: int,
+                 gamma: Optional[torch.Tensor] = None,
+                 residual: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """LPI of (B, N, C) tokens ``y`` in Triton kernels; with ``gamma``
+        times it, with ``residual`` plus it. Under autocast the tokens go
+        in autocast's dtype, as the straightforward convolutions take
+        them."""
+        if torch.is_autocast_enabled(y.device.type):
+            y = y.to(torch.get_autocast_dtype(y.device.type))
+        return lpi_kernels.local_interaction(y, H, W, self.conv1, self.bn,
+                                             self.conv2, gamma, residual)
 
     def _channels_last(self, y: torch.Tensor, H: int, W: int,
                        gamma: Optional[torch.Tensor] = None,

@@ -62,8 +62,9 @@ _COMPILED = frozenset({COMPILED})
 #: extra kernels). Under ``torch.compile`` (opt-in on CUDA, see
 #: :data:`COMPILE`) Inductor fuses the fast paths' small kernels. XCA's
 #: eager CUDA fast path is a different one, its attention core in Triton
-#: kernels (``ops/xca_kernels.py``, written after that measurement): it runs
-#: with ``'always'`` until ``make gpu-report`` has measured it.
+#: kernels (``ops/xca_kernels.py``, written after that measurement), and
+#: so is LPI's (``ops/lpi_kernels.py``): they run with ``'always'`` until
+#: ``make gpu-report`` has measured them.
 POLICY: Dict[str, Dict[str, FrozenSet[str]]] = {
     'ConvPatchEmbed': dict(cpu=_BOTH, cuda=_COMPILED),
     'CachedFourierEncoding': dict(cpu=_BOTH, cuda=_BOTH),
@@ -73,6 +74,22 @@ POLICY: Dict[str, Dict[str, FrozenSet[str]]] = {
     'XCABlock': dict(cpu=_BOTH, cuda=_COMPILED),
     'TransposedConvUpsampler': dict(cpu=_BOTH, cuda=_COMPILED),
 }
+
+#: Where the Triton kernels of XCA and LPI (``ops/xca_kernels.py``,
+#: ``ops/lpi_kernels.py``) run, eagerly: Triton compiles for CUDA (the tests
+#: add the CPU, with Triton's interpreter); and the dtypes they are written
+#: for (they accumulate in fp32).
+KERNEL_DEVICES = ('cuda',)
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def on_kernel_device(x: torch.Tensor) -> bool:
+    """``x`` is on one of :data:`KERNEL_DEVICES`, outside ``torch.compile``
+    (which takes the modules' other fast paths): where a module's Triton
+    kernels are its fast path, for the :data:`KERNEL_DTYPES`."""
+    return x.device.type in KERNEL_DEVICES and \
+        not torch.compiler.is_compiling()
+
 
 #: ``XCiT(compile_cfg='auto')``: the ``torch.compile`` arguments per device
 #: type where compiling was measured faster than eager and passed the tests;

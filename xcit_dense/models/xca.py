@@ -12,11 +12,6 @@ from . import policy
 from .ops import onednn, pieces, second_moments, xca_kernels
 
 SECOND_MOMENTS, KERNELS = 'second moments', 'kernels'
-#: where the attention core's Triton kernels run eagerly (Triton compiles
-#: for CUDA; the tests add the CPU with Triton's interpreter), and the
-#: dtypes they are for (they accumulate in fp32)
-KERNEL_DEVICES = ('cuda',)
-KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class XCA(TimmXCA):
@@ -77,9 +72,9 @@ class XCA(TimmXCA):
         computation)."""
         if not policy.applies(self, XCA, x):
             return None
-        if x.device.type in KERNEL_DEVICES and \
-                not torch.compiler.is_compiling():
-            ok = xca_kernels.available() and x.dtype in KERNEL_DTYPES and \
+        if policy.on_kernel_device(x):
+            ok = xca_kernels.available() and \
+                x.dtype in policy.KERNEL_DTYPES and \
                 policy.is_inactive(self.attn_drop)
             return KERNELS if ok else None
         if type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear:

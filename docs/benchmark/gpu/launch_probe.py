@@ -4,7 +4,8 @@ XCiT-S12/16 (random weights) at one detection size, each variant measured in
 one process with CUDA events (medians after warm-up):
 
 * eager fp32, eager under bf16 / fp16 autocast, eager with bf16 weights;
-  XCA straightforward and on its Triton kernels (``xca`` in each row);
+  each with no part, XCA, LPI, or both on their Triton kernels (``triton``
+  in each row: ``none``, ``xca``, ``lpi``, ``xca+lpi``);
 * the same forwards captured in a CUDA graph and replayed (the GPU's own
   time, without Python and launch overhead);
 * ``torch.compile`` with static shapes (Inductor), inference and training;
@@ -33,7 +34,11 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
 from xcit_dense import XCiT  # noqa: E402
+from xcit_dense.models.lpi import LPI  # noqa: E402
 from xcit_dense.models.xca import XCA  # noqa: E402
+
+#: which parts run their Triton kernels in a row
+TRITON = {'none': (), 'xca': (XCA,), 'lpi': (LPI,), 'xca+lpi': (XCA, LPI)}
 
 
 def median_ms(step, warmup=3, repeat=20):
@@ -92,12 +97,14 @@ def profile(fn, name, out):
     return len(kernels), gpu_us / 1e3
 
 
-def use_xca_kernels(model, on):
-    """XCA's fast path on CUDA (its Triton kernels) on or back to the
-    policy's default, every other part as the policy says."""
+def use_kernels(model, triton):
+    """The parts named by ``triton`` (a key of :data:`TRITON`) on their
+    fast path on CUDA (their Triton kernels), every other part as the
+    policy says."""
     for module in model.modules():
-        if type(module) is XCA:
-            module.use_fast_path = 'always' if on else True
+        if type(module) in (XCA, LPI):
+            module.use_fast_path = 'always' \
+                if type(module) in TRITON[triton] else True
 
 
 def main():
@@ -122,24 +129,25 @@ def main():
     torch.manual_seed(0)
     model = XCiT(args.arch).cuda().eval()
     x1 = torch.randn(1, 3, h, w, device='cuda')
-    for xca, label, dtype in [
-            (xca, label, dtype) for xca in ('straightforward', 'kernels')
+    for triton, label, dtype in [
+            (triton, label, dtype) for triton in TRITON
             for label, dtype in (('fp32', None),
                                  ('bf16 autocast', torch.bfloat16),
                                  ('fp16 autocast', torch.float16))]:
-        use_xca_kernels(model, xca == 'kernels')
+        use_kernels(model, triton)
 
         def infer(dtype=dtype):
             with torch.no_grad(), autocast(dtype):
                 return model(x1)
         ms = median_ms(infer)
-        kernels, gpu_ms = profile(infer, f'infer b1 {label}, XCA {xca}',
-                                  args.out)
+        kernels, gpu_ms = profile(
+            infer, f'infer b1 {label}, Triton kernels: {triton}', args.out)
         replay = graphed(infer)
-        record(what='infer', batch=1, precision=label, xca=xca, eager_ms=ms,
+        record(what='infer', batch=1, precision=label, triton=triton,
+               eager_ms=ms,
                kernels=kernels, kernel_gpu_ms=gpu_ms,
                cuda_graph_ms=median_ms(replay))
-    use_xca_kernels(model, False)
+    use_kernels(model, 'none')
     bf16_model = XCiT(args.arch).cuda().eval().bfloat16()
     xb = x1.bfloat16()
 
@@ -155,11 +163,11 @@ def main():
 
     model.train()
     x2 = torch.randn(2, 3, h, w, device='cuda')
-    for xca, label, dtype in [
-            (xca, label, dtype) for xca in ('straightforward', 'kernels')
+    for triton, label, dtype in [
+            (triton, label, dtype) for triton in TRITON
             for label, dtype in (('fp32', None),
                                  ('bf16 autocast', torch.bfloat16))]:
-        use_xca_kernels(model, xca == 'kernels')
+        use_kernels(model, triton)
 
         def train_step(dtype=dtype):
             with autocast(dtype):
@@ -168,9 +176,11 @@ def main():
             model.zero_grad(set_to_none=True)
         torch.cuda.reset_peak_memory_stats()
         ms = median_ms(train_step, repeat=10)
-        kernels, gpu_ms = profile(train_step, f'train b2 {label}, XCA {xca}',
-                                  args.out)
-        record(what='train', batch=2, precision=label, xca=xca, eager_ms=ms,
+        kernels, gpu_ms = profile(
+            train_step, f'train b2 {label}, Triton kernels: {triton}',
+            args.out)
+        record(what='train', batch=2, precision=label, triton=triton,
+               eager_ms=ms,
                kernels=kernels, kernel_gpu_ms=gpu_ms,
                peak_gib=torch.cuda.max_memory_allocated() / 2**30)
     if args.no_compile:

@@ -1,9 +1,10 @@
 """Tensor-level operations behind the modules' fast paths.
 
-Pure functions of tensors (no module state): oneDNN calls with fused
-epilogues (:mod:`.onednn`), XCA from second moments (:mod:`.second_moments`),
-XCA's attention core in Triton kernels for CUDA (:mod:`.xca_kernels`),
-folding of BatchNorm and layer scale into weights (:mod:`.folding`), token
+Functions of tensors: oneDNN calls with fused epilogues (:mod:`.onednn`),
+XCA from second moments (:mod:`.second_moments`), XCA's attention core and
+LPI's branch in Triton kernels for CUDA (:mod:`.xca_kernels`,
+:mod:`.lpi_kernels`, which takes the branch's layers so as to keep
+BatchNorm's running averages as its forward does), folding of BatchNorm and layer scale into weights (:mod:`.folding`), token
 pieces for inference (:mod:`.pieces`) and the 2x2 transposed convolution as
 a token GEMM (:mod:`.upsample`).
 """

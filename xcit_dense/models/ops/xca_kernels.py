@@ -31,23 +31,13 @@ from typing import Tuple
 
 import torch
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # no Triton (a platform PyTorch ships without it)
-    triton = None
+from .triton_support import available, tl, triton  # noqa: F401 (available)
 
 #: F.normalize's eps on the channels' L2 norms over the tokens
 EPS = 1e-12
 #: tokens per tile, and per program of the token sums (a multiple of it)
 BLOCK_N = 64
 TOKENS_PER_PROGRAM = 512
-
-
-def available() -> bool:
-    """Triton is importable (the kernels can be compiled for a GPU, or
-    interpreted)."""
-    return triton is not None
 
 
 if triton is not None:

@@ -1,0 +1,213 @@
+"""LPI in Triton kernels (xcit_dense/models/ops/lpi_kernels.py) against the
+straightforward computation, forward and backward, on the CPU through
+Triton's interpreter (which conftest.py selects on a machine without a GPU;
+with one, tests/test_cuda.py checks the compiled kernels). Grids whose
+tokens and channels are not multiples of a tile, BatchNorm on batch and on
+running statistics (their updates and momentum=None's cumulative average
+included), without affine parameters or running statistics, fp32, fp16 and
+bf16; then the whole backbone with LPI on the kernels, and what is not
+written for them."""
+import copy
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from xcit_dense import fast_path
+from xcit_dense.models import lpi, policy
+from xcit_dense.models.ops import lpi_kernels
+
+from test_fast_path import assert_training_matches_reference, randomized
+
+pytestmark = pytest.mark.skipif(
+    not lpi_kernels.available() or os.environ.get('TRITON_INTERPRET') != '1',
+    reason='needs Triton, interpreted on the CPU (a machine without a GPU)')
+
+
+def branch(channels, **bn_args):
+    """LPI's three layers with parameters and statistics away from their
+    initial values."""
+    conv1, conv2 = (nn.Conv2d(channels, channels, 3, padding=1,
+                              groups=channels) for _ in range(2))
+    bn = nn.BatchNorm2d(channels, **bn_args)
+    with torch.no_grad():
+        if bn.affine:
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.normal_()
+        if bn.track_running_stats:
+            bn.running_mean.normal_()
+            bn.running_var.uniform_(0.5, 2.)
+    return conv1, bn, conv2
+
+
+def straightforward(y, H, W, conv1, bn, conv2, gamma, residual):
+    """timm's LPI on (B, N, C) tokens, times gamma, plus the residual."""
+    B, N, C = y.shape
+    x = y.permute(0, 2, 1).reshape(B, C, H, W)
+    x = conv2(bn(F.gelu(conv1(x)))).reshape(B, C, N).permute(0, 2, 1)
+    return residual + gamma * x
+
+
+def run(fn, y, H, W, layers, gamma, residual, grad):
+    """Output, the gradients of the tokens, residual, layers' parameters
+    and gamma, and BatchNorm's buffers afterwards."""
+    inputs = [t.detach().clone().requires_grad_() for t in (y, residual,
+                                                            gamma)]
+    params = [p for m in layers for p in m.parameters()]
+    out = fn(inputs[0], H, W, *layers, inputs[2], inputs[1])
+    grads = torch.autograd.grad(out, inputs + params, grad)
+    return out, grads, [b.clone() for b in layers[1].buffers()]
+
+
+def assert_same(got, ref, tol):
+    """Output, every gradient and buffer within ``tol`` of the largest
+    value of the reference's."""
+    (out, grads, buffers), (ref_out, ref_grads, ref_buffers) = got, ref
+    pairs = [('output', out, ref_out)] + \
+        [(f'gradient {i}', g, r) for i, (g, r) in enumerate(
+            zip(grads, ref_grads))] + \
+        [(f'buffer {i}', g, r) for i, (g, r) in enumerate(
+            zip(buffers, ref_buffers))]
+    for name, g, r in pairs:
+        assert g.shape == r.shape and g.dtype == r.dtype, name
+        scale = max(r.float().abs().max().item(), 1e-6)
+        err = (g.float() - r.float()).abs().max().item() / scale
+        assert err < tol, f'{name}: {err:.2e}'
+
+
+def compare(y, H, W, layers, training, tol=1e-5, steps=1):
+    """Kernels and straightforward computation on copies of ``layers``,
+    ``steps`` times."""
+    torch.manual_seed(1)
+    C = y.shape[-1]
+    gamma = torch.rand(C) + 0.5
+    residual = torch.randn_like(y, dtype=torch.float32)
+    grad = torch.randn_like(residual)
+    ours, theirs = layers, copy.deepcopy(layers)
+    for m in ours + theirs:
+        m.train(training)
+    for _ in range(steps):
+        got = run(lpi_kernels.local_interaction, y, H, W, ours, gamma,
+                  residual, grad)
+        ref = run(straightforward, y, H, W, theirs, gamma, residual, grad)
+        assert_same(got, ref, tol)
+
+
+@pytest.mark.parametrize('training', [True, False])
+@pytest.mark.parametrize('batch, H, W, C', [
+    (2, 5, 9, 72),  # 2 tiles of tokens, the last ragged; 2 of channels
+    (1, 1, 5, 36),  # one row: every vertical neighbour off the grid
+])
+def test_kernels_match_the_straightforward_branch(training, batch, H, W, C):
+    torch.manual_seed(0)
+    y = torch.randn(batch, H * W, C) + 2  # a mean the variance must survive
+    compare(y, H, W, list(branch(C)), training)
+
+
+@pytest.mark.parametrize('bn_args', [
+    dict(momentum=None),  # the cumulative average of the batches' statistics
+    dict(affine=False),
+    dict(track_running_stats=False),  # batch statistics in eval mode too
+])
+def test_kernels_keep_batchnorm_as_its_forward_does(bn_args):
+    torch.manual_seed(0)
+    y = torch.randn(2, 20, 24)
+    for training in (True, False):
+        # twice: the running averages move from where the first left them
+        compare(y, 4, 5, list(branch(24, **bn_args)), training, steps=2)
+
+
+@pytest.mark.parametrize('dtype, tol', [(torch.float16, 4e-3),
+                                        (torch.bfloat16, 3e-2)])
+def test_kernels_in_half_precision_accumulate_in_fp32(dtype, tol):
+    """fp16 / bf16 tokens (what the module gives the kernels under
+    autocast): the tokens' gradient in their dtype, the output in the
+    residual's; within that dtype's rounding of the fp32 computation."""
+    torch.manual_seed(0)
+    y = torch.randn(2, 42, 40).to(dtype)
+    layers = list(branch(40))  # in training mode
+    ref_layers = copy.deepcopy(layers)
+    gamma = torch.rand(40) + 0.5
+    residual = torch.randn(2, 42, 40)
+    grad = torch.randn(2, 42, 40)
+    got = run(lpi_kernels.local_interaction, y, 6, 7, layers, gamma,
+              residual, grad)
+    ref = run(straightforward, y.float(), 6, 7, ref_layers, gamma, residual,
+              grad)
+    assert got[1][0].dtype == dtype
+    assert_same(got, (ref[0], [r.to(g.dtype) for g, r in zip(got[1], ref[1])],
+                      ref[2]), tol)
+
+
+@pytest.fixture
+def kernels_on_the_cpu(monkeypatch):
+    """LPI takes its kernel path on the CPU too."""
+    monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+
+
+def test_backbone_on_the_kernels_matches_the_straightforward_one(
+        kernels_on_the_cpu, monkeypatch):
+    """The whole backbone in training mode with LPI on the kernels (the
+    other parts on their CPU fast paths): outputs, every parameter's
+    gradient and BatchNorm's running statistics as the straightforward
+    computation's."""
+    calls = []
+    kernels = lpi_kernels.local_interaction
+    monkeypatch.setattr(lpi_kernels, 'local_interaction',
+                        lambda *a: calls.append(1) or kernels(*a))
+    model = randomized().train()
+    grads, ref_model = assert_training_matches_reference(
+        model, torch.randn(2, 3, 48, 80))
+    assert len(calls) == 4  # every block's LPI
+    assert any(name.endswith('local_mp.bn.weight') for name in grads)
+    for buf, ref_buf in zip(model.buffers(), ref_model.buffers()):
+        torch.testing.assert_close(buf, ref_buf, rtol=0, atol=1e-5)
+
+
+def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
+                                                        monkeypatch):
+    """SyncBN or another norm, another activation, a convolution of another
+    shape, fp64, a subclass and ``fast_path=False`` take the
+    straightforward computation."""
+    calls = []
+    monkeypatch.setattr(lpi.lpi_kernels, 'local_interaction',
+                        lambda y, H, W, c1, bn, c2, *rest: calls.append(1) or
+                        straightforward(y, H, W, c1, bn, c2, 1, 0))
+    x = torch.randn(1, 12, 32)
+
+    def runs_kernels(module, x=x, setting='always', grid=(3, 4)):
+        calls.clear()
+        with fast_path(setting):
+            module(x, *grid)
+        return bool(calls)
+
+    module = lpi.LPI(32)
+    assert runs_kernels(module)
+    assert not runs_kernels(module, setting=False)
+    assert not runs_kernels(copy.deepcopy(module).double(), x.double())
+    edits = [
+        ('act', nn.GELU(approximate='tanh')),
+        ('bn', nn.SyncBatchNorm(32)),
+        ('bn', nn.GroupNorm(4, 32)),
+        ('conv2', nn.Conv2d(32, 32, 3, padding=1, groups=16)),
+        ('conv1', nn.Conv2d(32, 32, 5, padding=2, groups=32)),
+    ]
+    for name, layer in edits:
+        edited = copy.deepcopy(module)
+        setattr(edited, name, layer)
+        assert not runs_kernels(edited.eval()), name
+
+    class Edited(lpi.LPI):
+        pass
+    assert not runs_kernels(Edited(32))
+    # one token to normalise per channel in training: BatchNorm's own error
+    with pytest.raises(ValueError, match='more than 1 value'):
+        runs_kernels(module.train(), torch.randn(1, 1, 32), grid=(1, 1))
+
+    model = randomized()
+    calls.clear()
+    with fast_path('always'):
+        model(torch.randn(1, 3, 32, 32))
+    assert calls  # the block's fast path reaches LPI's kernels

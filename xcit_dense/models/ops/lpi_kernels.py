@@ -1,0 +1,381 @@
+"""LPI in Triton kernels, forward and backward: the depth-wise 3x3
+convolution, GELU, BatchNorm and depth-wise 3x3 convolution of local patch
+interaction, with the block's layer scale and residual, computed on the
+(B, N, C) tokens as they lie (channels last), in three kernels forward and
+three backward instead of the straightforward computation's NCHW copies and
+one kernel per operation.
+
+For tokens ``y`` of an H x W grid, per channel::
+
+    a = GELU(conv1(y))                     (_forward: GELU; in training also
+                                            each tile's mean and M2 of a)
+    mean, var: the batch's (training) or the running ones  (_statistics,
+          which also updates the running averages as nn.BatchNorm2d does)
+    z = a * scale + shift                  (BatchNorm, scale = w / std)
+    out = residual + gamma * conv2(z)      (_forward: the norm read through)
+
+Backward: ``_backward`` takes ``dout`` back through conv2 (``dz``, with the
+sums for conv2's and the layer scale's gradients and BatchNorm's two
+per-channel sums), ``_gelu_backward`` through BatchNorm and GELU (recomputing
+``conv1(y)``), ``_backward`` again through conv1 (``dy`` and conv1's sums).
+Only ``y`` and ``a`` are kept for it. Everything is accumulated in fp32
+whatever the tokens' dtype (fp32, or fp16 / bf16 under autocast); the
+batch variance combines the tiles' M2 (Chan et al.), not sums of squares.
+Triton compiles for CUDA; ``TRITON_INTERPRET=1`` runs the same kernels on
+CPU tensors, as the tests do.
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .triton_support import available, tl, triton  # noqa: F401 (available)
+
+#: tokens and channels per tile
+BLOCK_N = 32
+BLOCK_C = 64
+#: per tile of ``_backward``: 9 taps' and the bias's sums, then
+#: BatchNorm's sums of dz and dz * (a - mean) / std
+_SUMS = 12
+
+
+if triton is not None:
+
+    @triton.jit
+    def _tile(tiles, C, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+        """This program's index (its image's ``tiles`` tiles of tokens
+        along axis 0), its tokens, its channels and which of those exist."""
+        pid = tl.program_id(0)
+        rn = (pid % tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rc = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        return pid, rn, rc, rc < C
+
+    @triton.jit
+    def _stats(stats_ptr, row, rc, cmask, C):
+        """Rows ``row`` and ``row + 1`` of the (4, C) statistics (mean,
+        1 / std, scale, shift) at channels ``rc``."""
+        first = tl.load(stats_ptr + row * C + rc, mask=cmask, other=0.)
+        second = tl.load(stats_ptr + (row + 1) * C + rc, mask=cmask,
+                         other=0.)
+        return first, second
+
+    @triton.jit
+    def _neighbours(rn, N, H, W, di, dj):
+        """Each token's neighbour at (di, dj) on the H x W grid: its index
+        and whether it is on the grid (zero padding elsewhere)."""
+        i = rn // W
+        j = rn % W
+        on_grid = (rn < N) & (i + di >= 0) & (i + di < H) & \
+            (j + dj >= 0) & (j + dj < W)
+        return rn + di * W + dj, on_grid
+
+    @triton.jit
+    def _conv3x3(src_ptr, w_ptr, scale, shift, rn, rc, cmask, N, H, W, C,
+                 AFFINE: tl.constexpr, FLIP: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+        """``sum_k w[c, k] s(p + o_k)`` over the 3x3 taps ``o_k`` for the
+        tile's tokens ``p`` and channels ``c`` (FLIP: ``s(p - o_k)``, the
+        transposed convolution), with ``s`` the (N, C) ``src`` or, with
+        AFFINE, ``src * scale + shift``, zero off the grid."""
+        acc = tl.zeros((BLOCK_N, BLOCK_C), dtype=tl.float32)
+        for di in tl.static_range(3):
+            for dj in tl.static_range(3):
+                if FLIP:
+                    idx, on_grid = _neighbours(rn, N, H, W, 1 - di, 1 - dj)
+                else:
+                    idx, on_grid = _neighbours(rn, N, H, W, di - 1, dj - 1)
+                m = on_grid[:, None] & cmask[None, :]
+                s = tl.load(src_ptr + idx[:, None] * C + rc[None, :], mask=m,
+                            other=0.).to(tl.float32)
+                if AFFINE:
+                    s = tl.where(m, s * scale[None, :] + shift[None, :], 0.)
+                w = tl.load(w_ptr + rc * 9 + di * 3 + dj, mask=cmask,
+                            other=0.).to(tl.float32)
+                acc += s * w[None, :]
+        return acc
+
+    @triton.jit
+    def _forward(src_ptr, w_ptr, bias_ptr, stats_ptr, gamma_ptr, res_ptr,
+                 out_ptr, part_ptr, N, H, W, C, tiles,
+                 GELU: tl.constexpr, NORMED: tl.constexpr,
+                 RESIDUAL: tl.constexpr, MOMENTS: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+        """One program: one image's tile of tokens (axis 0) and block of
+        channels (axis 1). With GELU: ``a = GELU(conv(src) + bias)`` and,
+        with MOMENTS, the tile's mean and M2 of ``a`` per channel. With
+        NORMED: ``gamma * (conv(src * scale + shift) + bias)``, the
+        BatchNorm's scale and shift read from ``stats``, plus the residual
+        with RESIDUAL."""
+        pid, rn, rc, cmask = _tile(tiles, C, BLOCK_N, BLOCK_C)
+        base = pid // tiles * N * C
+        scale, shift = _stats(stats_ptr, 2, rc, cmask, C)
+        acc = _conv3x3(src_ptr + base, w_ptr, scale, shift, rn, rc, cmask,
+                       N, H, W, C, AFFINE=NORMED, FLIP=False,
+                       BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+        acc += tl.load(bias_ptr + rc, mask=cmask, other=0.).to(
+            tl.float32)[None, :]
+        if GELU:
+            acc = 0.5 * acc * (1 + tl.math.erf(acc * 0.7071067811865476))
+        if NORMED:
+            acc *= tl.load(gamma_ptr + rc, mask=cmask, other=0.).to(
+                tl.float32)[None, :]
+        mask = (rn < N)[:, None] & cmask[None, :]
+        offsets = base + rn[:, None] * C + rc[None, :]
+        if RESIDUAL:
+            acc += tl.load(res_ptr + offsets, mask=mask,
+                           other=0.).to(tl.float32)
+        out = acc.to(out_ptr.dtype.element_ty)
+        tl.store(out_ptr + offsets, out, mask=mask)
+        if MOMENTS:  # of the values stored, which the norm will read
+            a = tl.where(mask, out.to(tl.float32), 0.)
+            count = tl.sum((rn < N).to(tl.float32), axis=0)
+            mean = tl.sum(a, axis=0) / count
+            dev = tl.where(mask, a - mean[None, :], 0.)
+            tl.store(part_ptr + pid * 2 * C + rc, mean, mask=cmask)
+            tl.store(part_ptr + pid * 2 * C + C + rc,
+                     tl.sum(dev * dev, axis=0), mask=cmask)
+
+    @triton.jit
+    def _statistics(part_ptr, weight_ptr, bias_ptr, rmean_ptr, rvar_ptr,
+                    stats_ptr, N, C, tiles, parts, count, factor, eps,
+                    BATCH: tl.constexpr, UPDATE: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+        """One program: a block of channels. The mean and variance (BATCH:
+        the tiles' means and M2 combined in order; otherwise the running
+        ones), with UPDATE the running averages moved by ``factor`` towards
+        the batch's (the variance unbiased, as nn.BatchNorm2d does), and
+        ``stats`` = (mean, 1 / std, scale, shift) for the norm."""
+        rc = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+        cmask = rc < C
+        if BATCH:
+            mean = tl.zeros((BLOCK_C,), dtype=tl.float32)
+            m2 = tl.zeros((BLOCK_C,), dtype=tl.float32)
+            for part in range(0, parts):
+                tile = part % tiles
+                seen = ((part // tiles) * N + tile * BLOCK_N).to(tl.float32)
+                n = tl.minimum(BLOCK_N, N - tile * BLOCK_N).to(tl.float32)
+                total = seen + n
+                delta = tl.load(part_ptr + part * 2 * C + rc, mask=cmask,
+                                other=0.) - mean
+                mean += delta * (n / total)
+                m2 += tl.load(part_ptr + part * 2 * C + C + rc, mask=cmask,
+                              other=0.) + delta * delta * (seen * n / total)
+            var = m2 / count
+            if UPDATE:
+                rmean = tl.load(rmean_ptr + rc, mask=cmask, other=0.)
+                rvar = tl.load(rvar_ptr + rc, mask=cmask, other=0.)
+                tl.store(rmean_ptr + rc, (1 - factor) * rmean + factor * mean,
+                         mask=cmask)
+                tl.store(rvar_ptr + rc, (1 - factor) * rvar +
+                         factor * var * (count / (count - 1)), mask=cmask)
+        else:
+            mean = tl.load(rmean_ptr + rc, mask=cmask, other=0.)
+            var = tl.load(rvar_ptr + rc, mask=cmask, other=1.)
+        rstd = 1 / tl.sqrt(var + eps)
+        scale = tl.load(weight_ptr + rc, mask=cmask, other=0.) * rstd
+        shift = tl.load(bias_ptr + rc, mask=cmask, other=0.) - mean * scale
+        tl.store(stats_ptr + rc, mean, mask=cmask)
+        tl.store(stats_ptr + C + rc, rstd, mask=cmask)
+        tl.store(stats_ptr + 2 * C + rc, scale, mask=cmask)
+        tl.store(stats_ptr + 3 * C + rc, shift, mask=cmask)
+
+    @triton.jit
+    def _backward(grad_ptr, w_ptr, gamma_ptr, src_ptr, stats_ptr, dsrc_ptr,
+                  part_ptr, N, H, W, C, tiles, NORMED: tl.constexpr,
+                  SUMS: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_C: tl.constexpr):
+        """One program: one image's tile of tokens and block of channels.
+        For a convolution ``out = conv(s) + bias`` (NORMED: ``gamma * (...)``
+        with ``s`` the BatchNorm's output from ``src``): ``dsrc`` the
+        gradient of ``s``, and the tile's sums of ``grad(p) s(p + o_k)``
+        for each tap, of ``grad`` (the bias's) and, with NORMED, of
+        ``dsrc`` and ``dsrc (src - mean) / std`` (BatchNorm's)."""
+        pid, rn, rc, cmask = _tile(tiles, C, BLOCK_N, BLOCK_C)
+        base = pid // tiles * N * C
+        scale, shift = _stats(stats_ptr, 2, rc, cmask, C)
+        ds = _conv3x3(grad_ptr + base, w_ptr, scale, shift, rn, rc, cmask, N,
+                      H, W, C, AFFINE=False, FLIP=True, BLOCK_N=BLOCK_N,
+                      BLOCK_C=BLOCK_C)
+        if NORMED:
+            ds *= tl.load(gamma_ptr + rc, mask=cmask, other=0.).to(
+                tl.float32)[None, :]
+        mask = (rn < N)[:, None] & cmask[None, :]
+        offsets = base + rn[:, None] * C + rc[None, :]
+        grad = tl.load(grad_ptr + offsets, mask=mask, other=0.).to(
+            tl.float32)
+        sums = part_ptr + pid * SUMS * C + rc
+        for di in tl.static_range(3):
+            for dj in tl.static_range(3):
+                idx, on_grid = _neighbours(rn, N, H, W, di - 1, dj - 1)
+                m = on_grid[:, None] & cmask[None, :]
+                s = tl.load(src_ptr + base + idx[:, None] * C + rc[None, :],
+                            mask=m, other=0.).to(tl.float32)
+                if NORMED:
+                    s = tl.where(m, s * scale[None, :] + shift[None, :], 0.)
+                tl.store(sums + (di * 3 + dj) * C, tl.sum(grad * s, axis=0),
+                         mask=cmask)
+        tl.store(sums + 9 * C, tl.sum(grad, axis=0), mask=cmask)
+        if NORMED:
+            mean, rstd = _stats(stats_ptr, 0, rc, cmask, C)
+            a = tl.load(src_ptr + offsets, mask=mask, other=0.).to(
+                tl.float32)
+            normed = tl.where(mask, (a - mean[None, :]) * rstd[None, :], 0.)
+            ds = tl.where(mask, ds, 0.)
+            tl.store(sums + 10 * C, tl.sum(ds, axis=0), mask=cmask)
+            tl.store(sums + 11 * C, tl.sum(ds * normed, axis=0), mask=cmask)
+        tl.store(dsrc_ptr + offsets, ds.to(dsrc_ptr.dtype.element_ty),
+                 mask=mask)
+
+    @triton.jit
+    def _gelu_backward(dz_ptr, a_ptr, y_ptr, w_ptr, bias_ptr, coef_ptr,
+                       out_ptr, N, H, W, C, tiles, BLOCK_N: tl.constexpr,
+                       BLOCK_C: tl.constexpr):
+        """One program: one image's tile of tokens and block of channels.
+        The gradient of ``conv1(y) + bias`` from ``dz``, that of the norm's
+        output: ``(alpha dz + beta a + c) GELU'(conv1(y) + bias)``, with
+        BatchNorm's backward in the per-channel (alpha, beta, c)."""
+        pid, rn, rc, cmask = _tile(tiles, C, BLOCK_N, BLOCK_C)
+        base = pid // tiles * N * C
+        pre = _conv3x3(y_ptr + base, w_ptr, rc, rc, rn, rc, cmask, N, H, W,
+                       C, AFFINE=False, FLIP=False, BLOCK_N=BLOCK_N,
+                       BLOCK_C=BLOCK_C)
+        pre += tl.load(bias_ptr + rc, mask=cmask, other=0.).to(
+            tl.float32)[None, :]
+        cdf = 0.5 * (1 + tl.math.erf(pre * 0.7071067811865476))
+        pdf = tl.exp(-0.5 * pre * pre) * 0.3989422804014327
+        mask = (rn < N)[:, None] & cmask[None, :]
+        offsets = base + rn[:, None] * C + rc[None, :]
+        dz = tl.load(dz_ptr + offsets, mask=mask, other=0.)
+        a = tl.load(a_ptr + offsets, mask=mask, other=0.).to(tl.float32)
+        alpha = tl.load(coef_ptr + rc, mask=cmask, other=0.)
+        beta = tl.load(coef_ptr + C + rc, mask=cmask, other=0.)
+        c = tl.load(coef_ptr + 2 * C + rc, mask=cmask, other=0.)
+        da = alpha[None, :] * dz + beta[None, :] * a + c[None, :]
+        tl.store(out_ptr + offsets, da * (cdf + pre * pdf), mask=mask)
+
+
+def _grid(B: int, N: int, C: int) -> Tuple[int, Tuple[int, int]]:
+    """Tiles of tokens per image, and the grid of one image's tile and one
+    block of channels per program."""
+    tiles = triton.cdiv(N, BLOCK_N)
+    return tiles, (B * tiles, triton.cdiv(C, BLOCK_C))
+
+
+def _taps(sums: torch.Tensor) -> torch.Tensor:
+    """(9, C) sums over the taps -> a depth-wise weight's (C, 1, 3, 3)."""
+    return sums.t().reshape(-1, 1, 3, 3)
+
+
+class _LocalInteraction(torch.autograd.Function):
+    """(B, N, C) tokens of an H x W grid -> ``residual + gamma *
+    conv2(BN(GELU(conv1(y))))``, three kernels each way."""
+
+    @staticmethod
+    def forward(ctx, y, residual, w1, b1, w2, b2, bn_weight, bn_bias, gamma,
+                running_mean, running_var, H, W, eps, batch, factor):
+        B, N, C = y.shape
+        tiles, grid = _grid(B, N, C)
+        a = torch.empty_like(y)
+        moments = y.new_empty((B * tiles, 2, C) if batch else (1,),
+                              dtype=torch.float32)
+        stats = y.new_empty((4, C), dtype=torch.float32)
+        _forward[grid](y, w1, b1, stats, gamma, y, a, moments, N, H, W, C,
+                       tiles, GELU=True, NORMED=False, RESIDUAL=False,
+                       MOMENTS=batch, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+        update = factor is not None
+        _statistics[(triton.cdiv(C, BLOCK_C),)](
+            moments, bn_weight, bn_bias,
+            running_mean if running_mean is not None else stats,
+            running_var if running_var is not None else stats, stats, N, C,
+            tiles, B * tiles, float(B * N), factor if update else 0., eps,
+            BATCH=batch,
+            UPDATE=update, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+        dtype = residual.dtype if residual is not None else y.dtype
+        out = y.new_empty((B, N, C), dtype=dtype)
+        _forward[grid](a, w2, b2, stats, gamma,
+                       residual if residual is not None else y, out, stats,
+                       N, H, W, C, tiles, GELU=False, NORMED=True,
+                       RESIDUAL=residual is not None, MOMENTS=False,
+                       BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+        ctx.save_for_backward(y, a, w1, b1, w2, b2, gamma, stats)
+        ctx.grid = H, W, batch, residual is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        y, a, w1, b1, w2, b2, gamma, stats = ctx.saved_tensors
+        H, W, batch, residual = ctx.grid
+        B, N, C = y.shape
+        tiles, grid = _grid(B, N, C)
+        dout = dout.contiguous()
+        dz = torch.empty_like(y, dtype=torch.float32)
+        sums2 = y.new_empty((B * tiles, _SUMS, C), dtype=torch.float32)
+        _backward[grid](dout, w2, gamma, a, stats, dz, sums2, N, H, W, C,
+                        tiles, NORMED=True, SUMS=_SUMS, BLOCK_N=BLOCK_N,
+                        BLOCK_C=BLOCK_C)
+        sums2 = sums2.sum(0)
+        # out = residual + gamma * (conv2(z) + b2); the sums are of dout
+        taps, dbias, sum_dz, sum_dz_normed = sums2[:9], sums2[9], sums2[10], \
+            sums2[11]
+        dgamma = (taps.t() * w2.reshape(C, 9)).sum(1) + dbias * b2
+        dw2 = _taps(taps) * gamma.view(C, 1, 1, 1)
+        db2 = dbias * gamma
+        mean, rstd, scale, _ = stats
+        if batch:  # the batch's mean and variance depend on a too
+            count = B * N
+            beta = -scale * rstd * sum_dz_normed / count
+            coef = torch.stack([scale, beta,
+                                -scale * sum_dz / count - beta * mean])
+        else:
+            coef = torch.stack([scale, torch.zeros_like(scale),
+                                torch.zeros_like(scale)])
+        dpre = torch.empty_like(dz)
+        _gelu_backward[grid](dz, a, y, w1, b1, coef, dpre, N, H, W, C, tiles,
+                             BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+        dy = torch.empty_like(y)
+        sums1 = y.new_empty((B * tiles, _SUMS, C), dtype=torch.float32)
+        _backward[grid](dpre, w1, gamma, y, stats, dy, sums1, N, H, W, C,
+                        tiles, NORMED=False, SUMS=_SUMS, BLOCK_N=BLOCK_N,
+                        BLOCK_C=BLOCK_C)
+        sums1 = sums1[:, :10].sum(0)
+        return (dy, dout if residual else None, _taps(sums1[:9]).to(w1.dtype),
+                sums1[9].to(b1.dtype), dw2.to(w2.dtype), db2.to(b2.dtype),
+                sum_dz_normed, sum_dz, dgamma.to(gamma.dtype), None, None,
+                None, None, None, None, None)
+
+
+def batch_norm_mode(bn: nn.BatchNorm2d) -> Tuple[bool, Optional[float]]:
+    """What ``bn`` does now, as nn.BatchNorm2d's forward decides it: whether
+    it normalises with the batch's statistics, and the factor by which its
+    running averages move (None: they stay), counting the batch in
+    ``num_batches_tracked``."""
+    factor = None
+    if bn.training and bn.track_running_stats:
+        bn.num_batches_tracked.add_(1)
+        factor = 1 / float(bn.num_batches_tracked) \
+            if bn.momentum is None else bn.momentum
+    batch = bn.training or bn.running_mean is None
+    return batch, factor
+
+
+def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
+                      bn: nn.BatchNorm2d, conv2: nn.Conv2d,
+                      gamma: Optional[torch.Tensor] = None,
+                      residual: Optional[torch.Tensor] = None
+                      ) -> torch.Tensor:
+    """``conv2(bn(GELU(conv1(y))))`` of (B, N, C) tokens ``y`` of an H x W
+    grid (depth-wise 3x3 convolutions, zero padding 1), times ``gamma`` and
+    plus ``residual`` where given; ``bn`` normalises and updates its
+    running averages as in its own forward."""
+    C = y.shape[-1]
+    batch, factor = batch_norm_mode(bn)
+    ones = y.new_ones(C, dtype=torch.float32)
+    bias1 = conv1.bias if conv1.bias is not None else ones * 0
+    bias2 = conv2.bias if conv2.bias is not None else ones * 0
+    return _LocalInteraction.apply(
+        y.contiguous(), residual.contiguous() if residual is not None
+        else None, conv1.weight.contiguous(), bias1,
+        conv2.weight.contiguous(), bias2,
+        bn.weight if bn.affine else ones, bn.bias if bn.affine else ones * 0,
+        gamma if gamma is not None else ones, bn.running_mean,
+        bn.running_var, H, W, bn.eps, batch, factor)

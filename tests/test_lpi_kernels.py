@@ -143,8 +143,10 @@ def test_kernels_in_half_precision_accumulate_in_fp32(dtype, tol):
 
 @pytest.fixture
 def kernels_on_the_cpu(monkeypatch):
-    """LPI takes its kernel path on the CPU too."""
+    """LPI takes its kernel path on the CPU too (probed before the tests
+    count the kernels' calls)."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+    assert lpi_kernels.works(torch.device('cpu'), torch.float32)
 
 
 def test_backbone_on_the_kernels_matches_the_straightforward_one(
@@ -211,3 +213,50 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     with fast_path('always'):
         model(torch.randn(1, 3, 32, 32))
     assert calls  # the block's fast path reaches LPI's kernels
+
+
+def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
+        kernels_on_the_cpu, monkeypatch):
+    """Where Triton cannot compile or run XCA's or LPI's kernels (their
+    probes raise here, as for a GPU Triton does not support), a training
+    step runs and equals the straightforward computation, one warning per
+    kernel set names the error and the switch, and the kernels are not
+    tried again."""
+    import logging
+
+    from mmengine.logging import MMLogger
+
+    from xcit_dense.models.ops import triton_support, xca_kernels
+    monkeypatch.setattr(triton_support, '_VERDICTS', {})
+    probes = []
+
+    def failing(device, dtype):
+        probes.append(dtype)
+        raise RuntimeError('no kernel image is available for execution')
+    called = []
+    for module, name in ((xca_kernels, 'attention'),
+                         (lpi_kernels, 'local_interaction')):
+        monkeypatch.setattr(module, 'probe', failing)
+        monkeypatch.setattr(module, name, lambda *a: called.append(1))
+    records = []
+    logger = MMLogger.get_instance('test_failing_kernels')  # the current one
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    model = randomized().train()
+    try:
+        with fast_path('always'):
+            for _ in range(2):
+                assert_training_matches_reference(
+                    model, torch.randn(2, 3, 48, 80))
+    finally:
+        logger.removeHandler(handler)
+    assert not called and len(probes) == 2  # once per kernel set
+    messages = sorted(r.getMessage() for r in records
+                      if r.levelno == logging.WARNING)
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("XCiT: the Triton kernels of LPI failed")
+    assert messages[1].startswith(
+        "XCiT: the Triton kernels of XCA's attention failed")
+    assert all('RuntimeError: no kernel image' in m and 'fast_path=False' in m
+               for m in messages)

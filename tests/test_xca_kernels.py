@@ -104,8 +104,10 @@ def test_kernels_in_half_precision_accumulate_in_fp32(interpreted, dtype,
 
 @pytest.fixture
 def kernels_on_the_cpu(interpreted, monkeypatch):
-    """XCA takes its kernel path on the CPU too."""
+    """XCA takes its kernel path on the CPU too (probed before the tests
+    count the kernels' calls)."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+    assert xca_kernels.works(torch.device('cpu'), torch.float32)
 
 
 def test_backbone_on_the_kernels_matches_the_straightforward_one(

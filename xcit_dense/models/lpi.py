@@ -88,15 +88,26 @@ class LPI(TimmLPI):
         the kernels are written for."""
         B, N, C = x.shape
         bn = self.bn
-        return lpi_kernels.available() and \
-            x.dtype in policy.KERNEL_DTYPES and \
+        dtype = self._kernel_dtype(x)
+        return lpi_kernels.available() and dtype in policy.KERNEL_DTYPES and \
             all(type(c) is nn.Conv2d and c.groups == C == c.in_channels ==
                 c.out_channels and c.kernel_size == (3, 3) and
                 c.stride == (1, 1) and c.padding == (1, 1)
                 for c in (self.conv1, self.conv2)) and \
             policy.is_exact_gelu(self.act) and \
             type(bn) is nn.BatchNorm2d and bn.num_features == C and \
-            not ((bn.training or bn.running_mean is None) and B * N == 1)
+            not ((bn.training or bn.running_mean is None) and B * N == 1) and \
+            lpi_kernels.works(x.device, dtype)
+
+    @staticmethod
+    def _kernel_dtype(y: torch.Tensor) -> torch.dtype:
+        """The dtype in which the kernels take the tokens ``y``: autocast's
+        where it is on and ``y`` is not fp64 (as the straightforward
+        convolutions take them), else theirs."""
+        if torch.is_autocast_enabled(y.device.type) and \
+                y.dtype != torch.float64:
+            return torch.get_autocast_dtype(y.device.type)
+        return y.dtype
 
     def _kernels(self, y: torch.Tensor, H: int, W: int,
                  gamma: Optional[torch.Tensor] = None,
@@ -105,8 +116,7 @@ class LPI(TimmLPI):
         times it, with ``residual`` plus it. Under autocast the tokens go
         in autocast's dtype, as the straightforward convolutions take
         them."""
-        if torch.is_autocast_enabled(y.device.type):
-            y = y.to(torch.get_autocast_dtype(y.device.type))
+        y = y.to(self._kernel_dtype(y))
         return lpi_kernels.local_interaction(y, H, W, self.conv1, self.bn,
                                              self.conv2, gamma, residual)
 

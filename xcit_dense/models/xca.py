@@ -75,7 +75,8 @@ class XCA(TimmXCA):
         if policy.on_kernel_device(x):
             ok = xca_kernels.available() and \
                 x.dtype in policy.KERNEL_DTYPES and \
-                policy.is_inactive(self.attn_drop)
+                policy.is_inactive(self.attn_drop) and \
+                xca_kernels.works(x.device, x.dtype)
             return KERNELS if ok else None
         if type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear:
             return SECOND_MOMENTS

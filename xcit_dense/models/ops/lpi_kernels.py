@@ -29,6 +29,7 @@ from typing import Optional, Tuple
 import torch
 import torch.nn as nn
 
+from . import triton_support
 from .triton_support import available, tl, triton  # noqa: F401 (available)
 
 #: tokens and channels per tile
@@ -379,3 +380,20 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
         bn.weight if bn.affine else ones, bn.bias if bn.affine else ones * 0,
         gamma if gamma is not None else ones, bn.running_mean,
         bn.running_var, H, W, bn.eps, batch, factor)
+
+
+def probe(device: torch.device, dtype: torch.dtype) -> None:
+    """The kernels forward (BatchNorm on batch statistics) and backward on a
+    tiny input (8 channels, a 2 x 3 grid)."""
+    conv1, conv2 = (nn.Conv2d(8, 8, 3, padding=1, groups=8).to(device)
+                    for _ in range(2))
+    bn = nn.BatchNorm2d(8).to(device)
+    y = torch.randn(1, 6, 8, device=device, dtype=dtype, requires_grad=True)
+    out = local_interaction(y, 2, 3, conv1, bn, conv2)
+    torch.autograd.grad(out.float().sum(), [y, *conv1.parameters()])
+
+
+def works(device: torch.device, dtype: torch.dtype) -> bool:
+    """The kernels compile and run on ``device`` for ``dtype`` (probed once,
+    see :func:`.triton_support.works`)."""
+    return triton_support.works("LPI", device, dtype, probe)

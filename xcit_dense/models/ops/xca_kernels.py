@@ -31,6 +31,7 @@ from typing import Tuple
 
 import torch
 
+from . import triton_support
 from .triton_support import available, tl, triton  # noqa: F401 (available)
 
 #: F.normalize's eps on the channels' L2 norms over the tokens
@@ -289,3 +290,19 @@ def attention(qkv: torch.Tensor, temperature: torch.Tensor,
     the (heads, 1, 1) ``temperature`` -> the (B, N, C) attended values,
     before the output projection."""
     return _Attention.apply(qkv.contiguous(), temperature, heads)
+
+
+def probe(device: torch.device, dtype: torch.dtype) -> None:
+    """The kernels forward and backward on a tiny input (two heads of 8
+    channels, 5 tokens)."""
+    qkv = torch.randn(1, 5, 48, device=device, dtype=dtype,
+                      requires_grad=True)
+    temperature = torch.ones(2, 1, 1, device=device, requires_grad=True)
+    out = attention(qkv, temperature, 2)
+    torch.autograd.grad(out.sum(), (qkv, temperature))
+
+
+def works(device: torch.device, dtype: torch.dtype) -> bool:
+    """The kernels compile and run on ``device`` for ``dtype`` (probed once,
+    see :func:`.triton_support.works`)."""
+    return triton_support.works("XCA's attention", device, dtype, probe)

@@ -4,14 +4,16 @@ Triton's interpreter (which conftest.py selects on a machine without a GPU;
 with one, tests/test_cuda.py checks the compiled kernels). Grids whose
 tokens and channels are not multiples of a tile, BatchNorm on batch and on
 running statistics (their updates and momentum=None's cumulative average
-included), without affine parameters or running statistics, fp32, fp16 and
-bf16; then the whole backbone with LPI on the kernels, and what is not
-written for them."""
+included), without affine parameters or running statistics, SyncBN over two
+processes, fp32, fp16 and bf16; then the whole backbone with LPI on the
+kernels, what is not written for them, and kernels that fail."""
 import copy
+import multiprocessing
 import os
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -119,6 +121,66 @@ def test_kernels_keep_batchnorm_as_its_forward_does(bn_args):
         compare(y, 4, 5, list(branch(24, **bn_args)), training, steps=2)
 
 
+def sync_batch(seed=3):
+    """Tokens, residual and output gradient of a batch of 4 on a 4 x 5
+    grid of 24 channels."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(4, 20, 24, generator=g) + i for i in range(3)]
+
+
+def sync_layers():
+    torch.manual_seed(2)
+    conv1, bn, conv2 = branch(24)
+    gamma = torch.rand(24) + 0.5
+    return [conv1, bn, conv2], gamma
+
+
+def _sync_rank(rank, store, out):
+    """One of two processes: LPI's kernels with SyncBN on its half of the
+    batch; saves what :func:`run` returns."""
+    dist.init_process_group('gloo', init_method=f'file://{store}', rank=rank,
+                            world_size=2)
+    try:
+        (conv1, bn, conv2), gamma = sync_layers()
+        synced = nn.SyncBatchNorm(24)
+        synced.load_state_dict(bn.state_dict())
+        y, residual, grad = (t[2 * rank:2 * rank + 2] for t in sync_batch())
+        torch.save(run(lpi_kernels.local_interaction, y, 4, 5,
+                       [conv1, synced.train(), conv2], gamma, residual,
+                       grad), f'{out}/{rank}.pt')
+    finally:
+        dist.destroy_process_group()
+
+
+def test_kernels_synchronise_syncbn_across_processes(tmp_path):
+    """SyncBN in training over two processes (gloo), each with half of a
+    batch: the outputs and token gradients are the halves of BatchNorm's
+    over the whole batch, the parameters' gradients add up to its, and the
+    running averages of both are its (the variance unbiased over the whole
+    batch)."""
+    ctx = multiprocessing.get_context('spawn')
+    procs = [ctx.Process(target=_sync_rank,
+                         args=(rank, tmp_path / 'store', tmp_path))
+             for rank in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0, 0]
+    ranks = [torch.load(tmp_path / f'{r}.pt') for r in range(2)]
+    layers, gamma = sync_layers()
+    y, residual, grad = sync_batch()
+    ref = run(straightforward, y, 4, 5, [m.train() for m in layers], gamma,
+              residual, grad)
+    (out0, grads0, buffers0), (out1, grads1, buffers1) = ranks
+    got = (torch.cat([out0, out1]),
+           [torch.cat([a, b]) for a, b in zip(grads0[:2], grads1[:2])] +
+           [a + b for a, b in zip(grads0[2:], grads1[2:])], buffers0)
+    assert_same(got, ref, 1e-5)
+    for a, b in zip(buffers0, buffers1):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize('dtype, tol', [(torch.float16, 4e-3),
                                         (torch.bfloat16, 3e-2)])
 def test_kernels_in_half_precision_accumulate_in_fp32(dtype, tol):
@@ -153,8 +215,8 @@ def test_backbone_on_the_kernels_matches_the_straightforward_one(
         kernels_on_the_cpu, monkeypatch):
     """The whole backbone in training mode with LPI on the kernels (the
     other parts on their CPU fast paths): outputs, every parameter's
-    gradient and BatchNorm's running statistics as the straightforward
-    computation's."""
+    gradient (in the parameter's strides) and BatchNorm's running
+    statistics as the straightforward computation's."""
     calls = []
     kernels = lpi_kernels.local_interaction
     monkeypatch.setattr(lpi_kernels, 'local_interaction',
@@ -164,15 +226,18 @@ def test_backbone_on_the_kernels_matches_the_straightforward_one(
         model, torch.randn(2, 3, 48, 80))
     assert len(calls) == 4  # every block's LPI
     assert any(name.endswith('local_mp.bn.weight') for name in grads)
+    params = dict(model.named_parameters())
+    for name, g in grads.items():  # as DDP's buckets expect them
+        assert g.stride() == params[name].stride(), name
     for buf, ref_buf in zip(model.buffers(), ref_model.buffers()):
         torch.testing.assert_close(buf, ref_buf, rtol=0, atol=1e-5)
 
 
 def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
                                                         monkeypatch):
-    """SyncBN or another norm, another activation, a convolution of another
-    shape, fp64, a subclass and ``fast_path=False`` take the
-    straightforward computation."""
+    """Another norm, another activation, a convolution of another shape,
+    fp64, a subclass and ``fast_path=False`` take the straightforward
+    computation; SyncBN takes the kernels."""
     calls = []
     monkeypatch.setattr(lpi.lpi_kernels, 'local_interaction',
                         lambda y, H, W, c1, bn, c2, *rest: calls.append(1) or
@@ -191,8 +256,7 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     assert not runs_kernels(copy.deepcopy(module).double(), x.double())
     edits = [
         ('act', nn.GELU(approximate='tanh')),
-        ('bn', nn.SyncBatchNorm(32)),
-        ('bn', nn.GroupNorm(4, 32)),
+            ('bn', nn.GroupNorm(4, 32)),
         ('conv2', nn.Conv2d(32, 32, 3, padding=1, groups=16)),
         ('conv1', nn.Conv2d(32, 32, 5, padding=2, groups=32)),
     ]
@@ -200,6 +264,10 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
         edited = copy.deepcopy(module)
         setattr(edited, name, layer)
         assert not runs_kernels(edited.eval()), name
+
+    synced = copy.deepcopy(module)
+    synced.bn = nn.SyncBatchNorm(32)
+    assert runs_kernels(synced.eval())
 
     class Edited(lpi.LPI):
         pass

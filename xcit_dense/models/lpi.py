@@ -32,8 +32,9 @@ class LPI(TimmLPI):
     * on CUDA, eagerly: the whole branch, layer scale and residual included,
       in three Triton kernels each way on the tokens as they lie
       (:mod:`.ops.lpi_kernels`), for depth-wise 3x3 convolutions, exact GELU
-      and ``nn.BatchNorm2d`` (its batch statistics and running averages as
-      its own forward keeps them) in fp32, fp16 and bf16.
+      and ``nn.BatchNorm2d`` or ``nn.SyncBatchNorm`` (batch statistics,
+      synchronised across processes for SyncBN, and running averages as
+      the norm's own forward keeps them) in fp32, fp16 and bf16.
     """
     use_fast_path = True
 
@@ -83,9 +84,9 @@ class LPI(TimmLPI):
     def _kernels_apply(self, x: torch.Tensor) -> bool:
         """The Triton kernels compute this module on ``x``: depth-wise 3x3
         convolutions of stride 1 and padding 1 on its channels, exact GELU,
-        ``nn.BatchNorm2d`` (with more than one value per channel to
-        normalise in training, else its own error is raised), and a dtype
-        the kernels are written for."""
+        ``nn.BatchNorm2d`` or ``nn.SyncBatchNorm`` (with more than one value
+        per channel to normalise in training, else its own error is
+        raised), and a dtype the kernels are written for."""
         B, N, C = x.shape
         bn = self.bn
         dtype = self._kernel_dtype(x)
@@ -95,7 +96,8 @@ class LPI(TimmLPI):
                 c.stride == (1, 1) and c.padding == (1, 1)
                 for c in (self.conv1, self.conv2)) and \
             policy.is_exact_gelu(self.act) and \
-            type(bn) is nn.BatchNorm2d and bn.num_features == C and \
+            type(bn) in (nn.BatchNorm2d, nn.SyncBatchNorm) and \
+            bn.num_features == C and \
             not ((bn.training or bn.running_mean is None) and B * N == 1) and \
             lpi_kernels.works(x.device, dtype)
 

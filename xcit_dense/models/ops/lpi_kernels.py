@@ -27,6 +27,7 @@ CPU tensors, as the tests do.
 from typing import Optional, Tuple
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from . import triton_support
@@ -53,8 +54,8 @@ if triton is not None:
 
     @triton.jit
     def _stats(stats_ptr, row, rc, cmask, C):
-        """Rows ``row`` and ``row + 1`` of the (4, C) statistics (mean,
-        1 / std, scale, shift) at channels ``rc``."""
+        """Rows ``row`` and ``row + 1`` of the (5, C) statistics (mean,
+        1 / std, scale, shift, variance) at channels ``rc``."""
         first = tl.load(stats_ptr + row * C + rc, mask=cmask, other=0.)
         second = tl.load(stats_ptr + (row + 1) * C + rc, mask=cmask,
                          other=0.)
@@ -109,7 +110,11 @@ if triton is not None:
         with RESIDUAL."""
         pid, rn, rc, cmask = _tile(tiles, C, BLOCK_N, BLOCK_C)
         base = pid // tiles * N * C
-        scale, shift = _stats(stats_ptr, 2, rc, cmask, C)
+        if NORMED:
+            scale, shift = _stats(stats_ptr, 2, rc, cmask, C)
+        else:
+            scale = tl.zeros((BLOCK_C,), dtype=tl.float32)
+            shift = scale
         acc = _conv3x3(src_ptr + base, w_ptr, scale, shift, rn, rc, cmask,
                        N, H, W, C, AFFINE=NORMED, FLIP=False,
                        BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
@@ -145,7 +150,8 @@ if triton is not None:
         the tiles' means and M2 combined in order; otherwise the running
         ones), with UPDATE the running averages moved by ``factor`` towards
         the batch's (the variance unbiased, as nn.BatchNorm2d does), and
-        ``stats`` = (mean, 1 / std, scale, shift) for the norm."""
+        ``stats`` = (mean, 1 / std, scale, shift, variance) for the
+        norm."""
         rc = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
         cmask = rc < C
         if BATCH:
@@ -179,6 +185,7 @@ if triton is not None:
         tl.store(stats_ptr + C + rc, rstd, mask=cmask)
         tl.store(stats_ptr + 2 * C + rc, scale, mask=cmask)
         tl.store(stats_ptr + 3 * C + rc, shift, mask=cmask)
+        tl.store(stats_ptr + 4 * C + rc, var, mask=cmask)
 
     @triton.jit
     def _backward(grad_ptr, w_ptr, gamma_ptr, src_ptr, stats_ptr, dsrc_ptr,
@@ -267,30 +274,68 @@ def _taps(sums: torch.Tensor) -> torch.Tensor:
     return sums.t().reshape(-1, 1, 3, 3)
 
 
+def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
+                   weight: torch.Tensor, bias: torch.Tensor,
+                   running_mean: Optional[torch.Tensor],
+                   running_var: Optional[torch.Tensor], eps: float,
+                   batch: bool, factor: Optional[float],
+                   group: Optional['dist.ProcessGroup']
+                   ) -> Tuple[torch.Tensor, float]:
+    """The norm's (5, C) statistics (mean, 1 / std, scale, shift, variance)
+    and the count of values per channel they are of. ``batch``: from the
+    tiles' ``moments``, over every process of ``group`` where given (SyncBN:
+    each process's mean, variance and count gathered and combined), the
+    running averages moved by ``factor`` if given; else the running
+    ones."""
+    stats = moments.new_empty((5, C))
+    count = float(B * N)
+    update = factor is not None and group is None
+    _statistics[(triton.cdiv(C, BLOCK_C),)](
+        moments, weight, bias,
+        running_mean if running_mean is not None else stats,
+        running_var if running_var is not None else stats, stats, N, C,
+        triton.cdiv(N, BLOCK_N), moments.shape[0] if batch else 0, count,
+        factor if update else 0., eps, BATCH=batch, UPDATE=update,
+        BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+    if group is None:
+        return stats, count
+    local = torch.cat([stats[0], stats[4], stats.new_full((1,), count)])
+    gathered = [torch.empty_like(local)
+                for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, local, group=group)
+    gathered = torch.stack(gathered)
+    means, variances, counts = gathered[:, :C], gathered[:, C:2 * C], \
+        gathered[:, 2 * C:]
+    count = counts.sum().item()
+    mean = (means * counts).sum(0) / count
+    var = ((variances + (means - mean) ** 2) * counts).sum(0) / count
+    if factor is not None:
+        running_mean.lerp_(mean, factor)
+        running_var.lerp_(var * (count / (count - 1)), factor)
+    _statistics[(triton.cdiv(C, BLOCK_C),)](
+        moments, weight, bias, mean, var, stats, N, C, 1, 0, count, 0., eps,
+        BATCH=False, UPDATE=False, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+    return stats, count
+
+
 class _LocalInteraction(torch.autograd.Function):
     """(B, N, C) tokens of an H x W grid -> ``residual + gamma *
     conv2(BN(GELU(conv1(y))))``, three kernels each way."""
 
     @staticmethod
     def forward(ctx, y, residual, w1, b1, w2, b2, bn_weight, bn_bias, gamma,
-                running_mean, running_var, H, W, eps, batch, factor):
+                running_mean, running_var, H, W, eps, batch, factor, group):
         B, N, C = y.shape
         tiles, grid = _grid(B, N, C)
         a = torch.empty_like(y)
         moments = y.new_empty((B * tiles, 2, C) if batch else (1,),
                               dtype=torch.float32)
-        stats = y.new_empty((4, C), dtype=torch.float32)
-        _forward[grid](y, w1, b1, stats, gamma, y, a, moments, N, H, W, C,
+        _forward[grid](y, w1, b1, y, gamma, y, a, moments, N, H, W, C,
                        tiles, GELU=True, NORMED=False, RESIDUAL=False,
                        MOMENTS=batch, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
-        update = factor is not None
-        _statistics[(triton.cdiv(C, BLOCK_C),)](
-            moments, bn_weight, bn_bias,
-            running_mean if running_mean is not None else stats,
-            running_var if running_var is not None else stats, stats, N, C,
-            tiles, B * tiles, float(B * N), factor if update else 0., eps,
-            BATCH=batch,
-            UPDATE=update, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+        stats, count = _statistics_of(moments, B, N, C, bn_weight, bn_bias,
+                                      running_mean, running_var, eps, batch,
+                                      factor, group)
         dtype = residual.dtype if residual is not None else y.dtype
         out = y.new_empty((B, N, C), dtype=dtype)
         _forward[grid](a, w2, b2, stats, gamma,
@@ -300,6 +345,7 @@ class _LocalInteraction(torch.autograd.Function):
                        BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
         ctx.save_for_backward(y, a, w1, b1, w2, b2, gamma, stats)
         ctx.grid = H, W, batch, residual is not None
+        ctx.sync = group, count
         return out
 
     @staticmethod
@@ -318,12 +364,17 @@ class _LocalInteraction(torch.autograd.Function):
         # out = residual + gamma * (conv2(z) + b2); the sums are of dout
         taps, dbias, sum_dz, sum_dz_normed = sums2[:9], sums2[9], sums2[10], \
             sums2[11]
+        dbn_weight, dbn_bias = sum_dz_normed, sum_dz  # this process's
         dgamma = (taps.t() * w2.reshape(C, 9)).sum(1) + dbias * b2
         dw2 = _taps(taps) * gamma.view(C, 1, 1, 1)
         db2 = dbias * gamma
-        mean, rstd, scale, _ = stats
+        mean, rstd, scale = stats[:3]
+        group, count = ctx.sync
         if batch:  # the batch's mean and variance depend on a too
-            count = B * N
+            if group is not None:  # SyncBN: over every process's batch
+                reduced = torch.stack([sum_dz, sum_dz_normed])
+                dist.all_reduce(reduced, group=group)
+                sum_dz, sum_dz_normed = reduced
             beta = -scale * rstd * sum_dz_normed / count
             coef = torch.stack([scale, beta,
                                 -scale * sum_dz / count - beta * mean])
@@ -341,22 +392,32 @@ class _LocalInteraction(torch.autograd.Function):
         sums1 = sums1[:, :10].sum(0)
         return (dy, dout if residual else None, _taps(sums1[:9]).to(w1.dtype),
                 sums1[9].to(b1.dtype), dw2.to(w2.dtype), db2.to(b2.dtype),
-                sum_dz_normed, sum_dz, dgamma.to(gamma.dtype), None, None,
-                None, None, None, None, None)
+                dbn_weight, dbn_bias, dgamma.to(gamma.dtype), None, None,
+                None, None, None, None, None, None)
 
 
-def batch_norm_mode(bn: nn.BatchNorm2d) -> Tuple[bool, Optional[float]]:
-    """What ``bn`` does now, as nn.BatchNorm2d's forward decides it: whether
-    it normalises with the batch's statistics, and the factor by which its
-    running averages move (None: they stay), counting the batch in
-    ``num_batches_tracked``."""
+def batch_norm_mode(bn: nn.BatchNorm2d
+                    ) -> Tuple[bool, Optional[float],
+                               Optional['dist.ProcessGroup']]:
+    """What ``bn`` does now, as its forward decides it: whether it
+    normalises with the batch's statistics, the factor by which its running
+    averages move (None: they stay), counting the batch in
+    ``num_batches_tracked``, and for an ``nn.SyncBatchNorm`` that
+    synchronises (training, distributed over several processes) its process
+    group."""
     factor = None
     if bn.training and bn.track_running_stats:
         bn.num_batches_tracked.add_(1)
         factor = 1 / float(bn.num_batches_tracked) \
             if bn.momentum is None else bn.momentum
     batch = bn.training or bn.running_mean is None
-    return batch, factor
+    group = None
+    if type(bn) is nn.SyncBatchNorm and bn.training and \
+            dist.is_available() and dist.is_initialized():
+        group = bn.process_group or dist.group.WORLD
+        if dist.get_world_size(group) == 1:
+            group = None
+    return batch, factor, group
 
 
 def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
@@ -366,10 +427,11 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
                       ) -> torch.Tensor:
     """``conv2(bn(GELU(conv1(y))))`` of (B, N, C) tokens ``y`` of an H x W
     grid (depth-wise 3x3 convolutions, zero padding 1), times ``gamma`` and
-    plus ``residual`` where given; ``bn`` normalises and updates its
-    running averages as in its own forward."""
+    plus ``residual`` where given; ``bn`` (``nn.BatchNorm2d`` or
+    ``nn.SyncBatchNorm``) normalises and updates its running averages as in
+    its own forward."""
     C = y.shape[-1]
-    batch, factor = batch_norm_mode(bn)
+    batch, factor, group = batch_norm_mode(bn)
     ones = y.new_ones(C, dtype=torch.float32)
     bias1 = conv1.bias if conv1.bias is not None else ones * 0
     bias2 = conv2.bias if conv2.bias is not None else ones * 0
@@ -379,7 +441,7 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
         conv2.weight.contiguous(), bias2,
         bn.weight if bn.affine else ones, bn.bias if bn.affine else ones * 0,
         gamma if gamma is not None else ones, bn.running_mean,
-        bn.running_var, H, W, bn.eps, batch, factor)
+        bn.running_var, H, W, bn.eps, batch, factor, group)
 
 
 def probe(device: torch.device, dtype: torch.dtype) -> None:

@@ -47,7 +47,9 @@ test: install
 #             Triton kernels and the CPU-tuned paths), compiled; fp32 and
 #             AMP; inference (batch 1, 2) and training steps
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
-#             steps against their fast_path=False baselines
+#             steps, default and with the backbone's every fast path (on
+#             CUDA its Triton kernels), against their fast_path=False
+#             baselines
 #   table     the README's GPU table from the rows above (table.md)
 GPU_REPORT ?= work_dirs/gpu_report
 GPU_STEPS := tests probe backbone heads table
@@ -84,10 +86,11 @@ gpu-report-backbone:
 gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \
 	    --models mask_rcnn_xcit_s12@reference+amp mask_rcnn_xcit_s12@amp \
-	    mask_rcnn_swin_t@amp --batch 2 --modes train
+	    mask_rcnn_xcit_s12@always+amp mask_rcnn_swin_t@amp --batch 2 \
+	    --modes train
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads_ade20k --sizes 512x512 \
 	    --models upernet_xcit_s12@reference+amp upernet_xcit_s12@amp \
-	    --batch 2 --modes train
+	    upernet_xcit_s12@always+amp --batch 2 --modes train
 
 gpu-report-table:
 	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) | tee $(GPU_REPORT)/table.md

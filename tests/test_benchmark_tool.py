@@ -60,7 +60,8 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
     # im2col path, 20 s a step at 64x64
     results, table = _run(tmp_path, '--models', 'xcit_nano_12_p16@cp+amp',
                           'mask_rcnn_xcit_s12@reference',
-                          'upernet_xcit_s12', 'xcit_nano_12_p16@openvino',
+                          'upernet_xcit_s12@always',
+                          'xcit_nano_12_p16@openvino',
                           '--sizes', '64x64', '--batch', '2', '--modes',
                           'train')
     # runtimes measure inference only: no row, nothing exported
@@ -70,7 +71,7 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
     assert backbone['activation_mem_gib'] > 0 and detector['seconds'] > 0
     assert segmentor['seconds'] > 0
     assert '| mask_rcnn_xcit_s12@reference | 64x64 | 2 | train |' in table
-    assert '| upernet_xcit_s12 | 64x64 | 2 | train |' in table
+    assert '| upernet_xcit_s12@always | 64x64 | 2 | train |' in table
     assert '| xcit_nano_12_p16@cp+amp | 64x64 | 2 | train |' in table
 
 
@@ -87,9 +88,14 @@ def test_benchmark_rejects_bad_names(tmp_path):
             ('xcit_nano_12_p16@onnxruntime+bf16', 'takes no other variant'),
             ('upernet_xcit_s12@cp', 'unknown variant'),
             ('mask_rcnn_swin_t@reference', 'unknown variant'),
-            ('xcit_nano_12_p16@reference+always', 'exclude each other')]:
+            ('xcit_nano_12_p16@reference+always', 'exclude each other'),
+            ('mask_rcnn_xcit_s12@reference+always', 'exclude each other')]:
         with pytest.raises(ValueError, match=re.escape(message)):
             tool['parse_model'](name)
+    from xcit_dense.benchmark.builders import build_detector
+    detector = build_detector(
+        *tool['parse_model']('mask_rcnn_xcit_s12@always'))
+    assert detector.backbone.fast_path == 'always'
     proc = run_tool_here('tools/benchmark.py', '--models', 'alexnet',
                          '--out-dir', tmp_path)
     assert proc.returncode == 2 and "unknown model 'alexnet'" in proc.stderr

@@ -47,6 +47,8 @@ def build_detector(base: str, variants: set):
     cfg.model.test_cfg.rcnn.score_thr = 0.0  # 100 detections per image
     if 'reference' in variants:
         cfg.model.backbone.update(fast_path=False, compile_cfg=None)
+    if 'always' in variants:
+        cfg.model.backbone.update(fast_path='always')
     model = models.build(cfg.model)
     if 'bf16' in variants:  # the networks in bf16, all between them fp32
         import torch
@@ -93,6 +95,8 @@ def build_segmentor(base: str, variants: set, device: str):
     cfg.model.backbone.init_cfg = None  # random weights, no download
     if 'reference' in variants:
         cfg.model.backbone.update(fast_path=False, compile_cfg=None)
+    if 'always' in variants:
+        cfg.model.backbone.update(fast_path='always')
     if device == 'cpu':
         replace_syncbn(cfg.model)
     return models.build(cfg.model)
@@ -107,7 +111,8 @@ def build_segmentor_graph(base: str, variants: set):
     from ..inference import init_model
     cfg = Config.fromfile(config_path(SEGMENTORS[base]))
     cfg.model.backbone.init_cfg = None  # random weights, no download
-    cfg.model.backbone.fast_path = 'reference' not in variants
+    cfg.model.backbone.fast_path = 'always' if 'always' in variants \
+        else 'reference' not in variants
     if 'compile' in variants:
         cfg.model.backbone.compile_cfg = True
     return SegmentorGraph(init_model(cfg, None))

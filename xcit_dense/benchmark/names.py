@@ -14,8 +14,10 @@ SEGMENTORS = {
 }
 XCIT_VARIANTS = ('reference', 'always', 'compile', 'bf16', 'cp', 'amp') + \
     RUNTIMES
-SEGMENTOR_VARIANTS = ('reference', 'compile', 'amp') + RUNTIMES + ('int8', )
-DETECTOR_VARIANTS = ('reference', 'amp', 'bf16') + RUNTIMES + ('int8', )
+SEGMENTOR_VARIANTS = ('reference', 'always', 'compile', 'amp') + RUNTIMES + \
+    ('int8', )
+DETECTOR_VARIANTS = ('reference', 'always', 'amp', 'bf16') + RUNTIMES + \
+    ('int8', )
 
 
 def config_path(path: str) -> str:
@@ -59,6 +61,8 @@ def parse_model(name: str):
             raise ValueError(f'unknown variant(s) '
                              f'{sorted(variants - set(allowed))} in '
                              f'{name!r}; allowed: {", ".join(allowed)}')
+        if {'reference', 'always'} <= variants:
+            raise ValueError("'reference' and 'always' exclude each other")
         _check_runtime(name, variants)
         return base, variants
     if base in PEERS and not variants:

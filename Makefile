@@ -45,7 +45,8 @@ test: install
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
 #             straightforward, default, every fast path (on CUDA: XCA's
 #             Triton kernels and the CPU-tuned paths), compiled; fp32 and
-#             AMP; inference (batch 1, 2) and training steps
+#             AMP; inference (batch 1, 2) and training steps; then inference
+#             replayed from CUDA graphs (backbone_graphs/)
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
 #             steps, default and with the backbone's every fast path (on
 #             CUDA its Triton kernels), against their fast_path=False
@@ -82,6 +83,11 @@ gpu-report-backbone:
 	    xcit_small_12_p16@amp xcit_small_12_p16@always+amp \
 	    xcit_small_12_p16@compile \
 	    --batch 1 2 --modes infer train
+	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs --sizes 800x1344 \
+	    --models xcit_small_12_p16@reference xcit_small_12_p16@graphs \
+	    xcit_small_12_p16@always+graphs xcit_small_12_p16@reference+amp \
+	    xcit_small_12_p16@amp+graphs xcit_small_12_p16@always+amp+graphs \
+	    --batch 1 2 --modes infer
 
 gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \

@@ -195,6 +195,42 @@ def test_lpi_kernels_match_the_straightforward_branch(no_tf32, dtype,
         assert _relative(g, r) < tol[dtype], i
 
 
+@pytest.mark.parametrize('setting, amp', [(True, False), ('always', False),
+                                          ('always', True)])
+def test_cuda_graphs_replay_the_eager_forward(no_tf32, setting, amp):
+    """``XCiT(cuda_graphs=True)``: one capture per size, replayed after;
+    the outputs are the eager forward's (the same kernels; fp16 autocast
+    to its rounding), an in-place parameter update is read by the replay,
+    a replaced module is captured anew, and the positional encoding's
+    cache is not read by a graph."""
+    from contextlib import nullcontext
+    net = randomized(cuda_graphs=True, fast_path=setting).cuda().eval()
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    ctx = torch.autocast('cuda', dtype=torch.float16) if amp \
+        else nullcontext()
+    tol = 2e-3 if amp else 1e-5
+
+    def compare(size, captures):
+        x = torch.randn(2, 3, *size, device='cuda')
+        with torch.no_grad(), ctx:
+            outs, refs = net(x), eager(x)
+        for out, ref in zip(outs, refs):
+            assert out.dtype == ref.dtype and _relative(out, ref) < tol
+        assert net.graphs.captures == captures
+
+    for size, captures in (((64, 96), 1), ((96, 64), 2), ((64, 96), 2)):
+        compare(size, captures)
+    net.pos_embed._features.clear()  # a graph that read it would see junk
+    torch.randn(64, 2 ** 20, device='cuda')  # reuses the freed memory
+    with torch.no_grad():
+        for model in (net, eager):
+            model.blocks[0].gamma1.mul_(2)
+    compare((64, 96), 2)
+    net.blocks[1].mlp = copy.deepcopy(net.blocks[1].mlp)
+    compare((64, 96), 3)
+
+
 @pytest.mark.parametrize('dynamic', [False, True])
 def test_compiled_backbone_matches_eager(no_tf32, dynamic):
     """Compilation, opt-in on CUDA: Inductor compiles the training graph

@@ -15,7 +15,8 @@ def build_backbone(base: str, variants: set, device: str):
                     compile_cfg=True if 'compile' in variants else None,
                     autocast_dtype=amp_dtype if 'bf16' in variants else None,
                     fast_path=False if 'reference' in variants else
-                    'always' if 'always' in variants else True)
+                    'always' if 'always' in variants else True,
+                    cuda_graphs='graphs' in variants)
     if base in ('swin_t', 'r50'):
         from ..toolkits import use_toolkit
         models = use_toolkit('mmdet').MODELS

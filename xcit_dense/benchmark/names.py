@@ -12,8 +12,8 @@ DETECTORS = {
 SEGMENTORS = {
     'upernet_xcit_s12': 'configs/ade20k/upernet_xcit_s12.py',
 }
-XCIT_VARIANTS = ('reference', 'always', 'compile', 'bf16', 'cp', 'amp') + \
-    RUNTIMES
+XCIT_VARIANTS = ('reference', 'always', 'compile', 'graphs', 'bf16', 'cp',
+                 'amp') + RUNTIMES
 SEGMENTOR_VARIANTS = ('reference', 'always', 'compile', 'amp') + RUNTIMES + \
     ('int8', )
 DETECTOR_VARIANTS = ('reference', 'always', 'amp', 'bf16') + RUNTIMES + \
@@ -50,6 +50,10 @@ def parse_model(name: str):
                              f'{name!r}; allowed: {", ".join(allowed)}')
         if {'reference', 'compile'} <= variants:
             raise ValueError('the reference path is not compiled')
+        if {'compile', 'graphs'} <= variants:
+            raise ValueError("'compile' and 'graphs' exclude each other "
+                             "(compile_cfg=dict(mode='reduce-overhead') "
+                             "graphs the compiled forward)")
         if {'reference', 'always'} <= variants:
             raise ValueError("'reference' and 'always' exclude each other")
         _check_runtime(name, variants)

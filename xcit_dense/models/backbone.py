@@ -27,7 +27,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..errors import first_line
 from ..registry import MODELS
+from . import cuda_graphs
 from .block import XCABlock
+from .cuda_graphs import GraphedInference
 from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
 from .policy import check_setting as check_fast_path_setting
 from .policy import compile_options
@@ -107,6 +109,13 @@ class XCiT(BaseModule):
             ``'always'``: wherever it can run; ``False``: the
             straightforward computation everywhere, with the same parameters
             and, in fp32, the same outputs to 1e-4. Defaults to True.
+        cuda_graphs (bool): Inference on CUDA (eval mode, no gradient,
+            eager) replayed from a CUDA graph captured per input shape,
+            dtype and autocast state (:mod:`.cuda_graphs`): one launch
+            instead of hundreds. The model is looked at on every call and a
+            change to it (a module replaced or edited, a parameter with new
+            storage) is captured anew; the 8 most recently used graphs are
+            kept. Not yet measured on a GPU. Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see
@@ -138,13 +147,14 @@ class XCiT(BaseModule):
                  compile_cfg: Union[bool, str, dict, None] = None,
                  autocast_dtype: Optional[str] = None,
                  fast_path: Union[bool, str] = True,
+                 cuda_graphs: bool = False,
                  init_cfg: Optional[dict] = None):
         settings = resolve_arch(
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
             num_heads=num_heads, eta=eta)
         out_indices = check_out_indices(out_indices, settings['depth'])
         check_training_args(frozen_stages, out_indices[-1], compile_cfg,
-                            autocast_dtype, init_cfg)
+                            autocast_dtype, init_cfg, cuda_graphs)
         super().__init__(init_cfg=init_cfg)
         self.arch, self.arch_settings = arch, settings
         self.patch_size = settings['patch_size']
@@ -155,6 +165,8 @@ class XCiT(BaseModule):
         self.autocast_dtype = autocast_dtype
         self.compile_cfg = normalized_compile_cfg(compile_cfg)
         self.compile_failure: Optional[str] = None
+        self.cuda_graphs = cuda_graphs
+        self.graphs = GraphedInference()
 
         self.patch_embed = ConvPatchEmbed(
             patch_size=self.patch_size, in_chans=in_channels, embed_dim=dim,
@@ -221,6 +233,8 @@ class XCiT(BaseModule):
             self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         options = self.compile_options(x.device.type)
         if options is None or torch.compiler.is_compiling():
+            if self.cuda_graphs and cuda_graphs.applies(self, x):
+                return self.graphs(self, self._forward_pyramid, x)
             return self._forward_pyramid(x)
         compiled = self.__dict__.get('_compiled_forward')
         if compiled is None:  # compiled lazily, on the first call

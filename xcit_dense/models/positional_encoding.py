@@ -18,8 +18,9 @@ class CachedFourierEncoding(PositionalEncodingFourier):
     recently used); the projection runs on every call, so gradients and
     weight updates are honoured, and the result is broadcast over the batch
     instead of copied. Its values are identical to the straightforward
-    computation's. Not cached while ``torch.compile`` traces (computed in the
-    graph instead).
+    computation's. Not cached while ``torch.compile`` traces or a CUDA graph
+    captures (computed in the graph instead: a captured graph must not read
+    a tensor the cache may drop).
     """
     use_fast_path = True
 
@@ -33,7 +34,9 @@ class CachedFourierEncoding(PositionalEncodingFourier):
         weight = self.token_projection.weight
         if policy.applies(self, CachedFourierEncoding, weight) and \
                 type(self.token_projection) is nn.Conv2d and \
-                not torch.compiler.is_compiling():
+                not torch.compiler.is_compiling() and \
+                not (weight.is_cuda and
+                     torch.cuda.is_current_stream_capturing()):
             feats = self.cached_features(H, W, weight.device, weight.dtype)
             return self.token_projection(feats).expand(B, -1, -1, -1)
         feats = self.fourier_features(H, W, weight.device, weight.dtype)

@@ -1,0 +1,176 @@
+"""Inference replayed from CUDA graphs (``XCiT(cuda_graphs=True)``,
+xcit_dense/models/cuda_graphs.py): when a forward is captured, when it is
+replayed, and that nothing the model is changed into is bypassed. On the
+CPU with a stand-in for the capture that counts captures and replays (a
+real capture needs CUDA: tests/test_cuda.py)."""
+import copy
+import io
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+
+from xcit_dense import XCiT, fast_path
+from xcit_dense.models import cuda_graphs
+
+X = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """Graphs on the CPU: a capture that runs the forward once and a replay
+    that runs it again on the static input into the static outputs; returns
+    the list of replays."""
+    monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
+    done = []
+
+    def capture(forward, x, pool):
+        static = x.clone()
+        outs = tuple(forward(static))
+
+        def replay():
+            done.append(static.shape)
+            for out, new in zip(outs, forward(static)):
+                out.copy_(new)
+        return static, outs, replay, pool
+    monkeypatch.setattr(cuda_graphs.GraphedInference, 'capture',
+                        staticmethod(capture))
+    return done
+
+
+def model(cuda_graphs=True):
+    torch.manual_seed(0)
+    return XCiT('nano_12_p16', depth=4, out_indices=(0, 1, 2, 3),
+                cuda_graphs=cuda_graphs).eval()
+
+
+class Wrapped(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args):
+        return self.inner(*args)
+
+
+def infer(net, x=X):
+    with torch.no_grad():
+        return net(x)
+
+
+def test_one_capture_per_signature_then_replays(replays):
+    """A shape, dtype, autocast state or switch seen before is replayed;
+    a new one is captured; the outputs are the eager forward's."""
+    net = model()
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    small = torch.randn(2, 3, 32, 48)
+    for x, captures in ((X, 1), (X, 1), (small, 2), (X, 2)):
+        for out, ref in zip(infer(net, x), infer(eager, x)):
+            torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        assert net.graphs.captures == captures
+    assert len(replays) == 4
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        infer(net)
+    assert net.graphs.captures == 3
+    with fast_path(False):
+        infer(net)
+    assert net.graphs.captures == 4
+    infer(net)
+    assert net.graphs.captures == 4
+
+
+def test_a_changed_model_is_captured_anew(replays):
+    """A module replaced or wrapped, a hook, an instance-level forward, a
+    plain attribute edited, a parameter given new storage: each captures
+    anew. In-place updates of parameters are what a real replay reads, so
+    they capture nothing."""
+    net = model()
+    infer(net)
+    block = net.blocks[0]
+    changes = [
+        lambda: setattr(block, 'mlp', copy.deepcopy(block.mlp)),
+        lambda: setattr(block, 'local_mp', Wrapped(block.local_mp)),
+        lambda: block.attn.register_forward_hook(lambda *a: None),
+        lambda: setattr(block.mlp, 'forward', block.mlp.forward),
+        lambda: setattr(block.local_mp.inner.act, 'approximate', 'tanh'),
+        lambda: setattr(block.norm1.weight, 'data',
+                        block.norm1.weight.data.clone()),
+        lambda: block.gamma1.data.mul_(2),  # in place: no new capture
+    ]
+    captures = net.graphs.captures
+    for i, change in enumerate(changes):
+        change()
+        infer(net)
+        expected = captures + (i < len(changes) - 1)
+        assert net.graphs.captures == expected, i
+        captures = expected
+
+
+def test_only_inference_is_graphed(replays):
+    """Training mode and a forward with gradients run as they are; a copy
+    or a pickled model starts without graphs."""
+    net = model()
+    net(X)
+    infer(net.train())
+    assert net.graphs.captures == 0 and not replays
+    net.eval()
+    infer(net)
+    assert net.graphs.captures == 1
+    assert copy.deepcopy(net).graphs.captures == 0
+    buffer = io.BytesIO()
+    torch.save(net, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=False).graphs.graphs == {}
+    assert model(cuda_graphs=False) is not None
+    with pytest.raises(ValueError, match='cuda_graphs must be True'):
+        XCiT('nano_12_p16', cuda_graphs='yes')
+
+
+def test_outputs_are_the_callers_and_graphs_are_bounded(replays,
+                                                       monkeypatch):
+    net = model()
+    first = infer(net)
+    reference = [o.clone() for o in first]
+    first[0].zero_()
+    for out, ref in zip(infer(net), reference):
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    monkeypatch.setattr(cuda_graphs, 'MAX_GRAPHS', 2)
+    for h in (32, 48, 64):
+        infer(net, torch.randn(1, 3, h, 32))
+    assert len(net.graphs.graphs) == 2
+
+
+def test_a_failed_capture_runs_eagerly_and_says_so_once(monkeypatch):
+    from mmengine.logging import MMLogger
+    monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
+    attempts = []
+
+    def failing(forward, x, pool):
+        attempts.append(1)
+        raise RuntimeError('operation not permitted when stream is '
+                           'capturing')
+    monkeypatch.setattr(cuda_graphs.GraphedInference, 'capture',
+                        staticmethod(failing))
+    records = []
+    logger = MMLogger.get_instance('test_failed_capture')  # the current one
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    net = model()
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    try:
+        outs = [infer(net) for _ in range(2)]
+    finally:
+        logger.removeHandler(handler)
+    for out in outs:
+        for o, r in zip(out, infer(eager)):
+            torch.testing.assert_close(o, r, rtol=0, atol=0)
+    assert len(attempts) == 1
+    messages = [r.getMessage() for r in records
+                if r.levelno == logging.WARNING]
+    assert len(messages) == 1, messages
+    assert 'RuntimeError: operation not permitted' in messages[0]
+    assert 'cuda_graphs=False' in messages[0]

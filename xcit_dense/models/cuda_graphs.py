@@ -1,0 +1,166 @@
+"""Inference replayed from CUDA graphs (``XCiT(cuda_graphs=True)``).
+
+On a GPU the eager backbone is bound by kernel launches: hundreds of small
+kernels, each launched from Python. A CUDA graph captures one forward's
+kernels and replays them with one launch. The backbone's forward is captured
+once per input signature (shape, dtype, device, autocast state, fast-path
+switches) and replayed while nothing it depends on changes; the model is
+looked at on every call (:func:`fingerprint`: every module's identity,
+class, mode, hooks, instance-level ``forward`` and public plain attributes,
+every parameter's and buffer's storage), so a module replaced, wrapped or
+edited, or a parameter given new storage, is captured anew. In-place updates of
+parameters and buffers (an optimizer step, ``load_state_dict``) are read by
+the replay itself. Only inference: eval mode, no gradient, not under
+``torch.compile`` (whose ``mode='reduce-overhead'`` graphs its own).
+"""
+import logging
+from collections import OrderedDict
+from typing import Callable, Dict, Hashable, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from mmengine.logging import print_log
+
+from ..errors import first_line
+from . import policy
+
+#: device types whose inference is graphed (the tests add the CPU with a
+#: stand-in for the capture)
+DEVICES = ('cuda',)
+#: graphs kept per model, the least recently used dropped first (each holds
+#: its forward's activations)
+MAX_GRAPHS = 8
+
+Outputs = Tuple[torch.Tensor, ...]
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def applies(model: nn.Module, x: torch.Tensor) -> bool:
+    """``model(x)`` is inference that may be replayed: a device of
+    :data:`DEVICES`, eval mode, no gradient, outside ``torch.compile`` and
+    outside another capture."""
+    return x.device.type in DEVICES and not model.training and \
+        not torch.is_grad_enabled() and \
+        not torch.compiler.is_compiling() and \
+        not (x.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def fingerprint(model: nn.Module) -> Tuple[Hashable, ...]:
+    """What ``model``'s forward depends on besides its input: each module's
+    identity, class, instance-level ``forward``, hooks and public plain
+    attributes (numbers, strings, flags, tuples of them; ``training``
+    among them), and the storage of each parameter and buffer (a new
+    dtype, device or size is new storage)."""
+    parts = [tuple(nn.modules.module._global_forward_pre_hooks),
+             tuple(nn.modules.module._global_forward_hooks)]
+    for module in model.modules():
+        d = module.__dict__
+        parts.append((id(module), type(module), id(d.get('forward')),
+                      tuple(d['_forward_pre_hooks']),
+                      tuple(d['_forward_hooks'])))
+        for k, v in d.items():
+            if k[0] != '_' and (type(v) in _PLAIN or type(v) is tuple and
+                                all(type(e) in _PLAIN for e in v)):
+                parts.append((k, v))
+        for tensors in (d['_parameters'], d['_buffers']):
+            for t in tensors.values():
+                parts.append(None if t is None else t.data_ptr())
+    return tuple(parts)
+
+
+def signature(model: nn.Module, x: torch.Tensor) -> Tuple[Hashable, ...]:
+    """The key of a graph: the input's shape, dtype and device, the autocast
+    state of its device, the process-wide fast-path switches and the
+    model's :func:`fingerprint`."""
+    device = x.device.type
+    autocast = torch.is_autocast_enabled(device) and \
+        torch.get_autocast_dtype(device)
+    switches = (policy.SWITCHES.fast_path, policy.SWITCHES.fused_kernels,
+                policy.SWITCHES.piece_tokens)
+    return (tuple(x.shape), x.dtype, str(x.device), autocast, switches,
+            fingerprint(model))
+
+
+def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
+                 x: torch.Tensor, pool) -> Tuple[torch.Tensor, Outputs,
+                                                 Callable[[], None], object]:
+    """``forward(x)`` captured in a CUDA graph after two warm-up calls on a
+    side stream (Triton compiles its kernels, cuDNN picks its algorithms,
+    caches fill): the static input, the static outputs, the replay, and
+    the memory pool the graph allocated from (shared by a model's
+    graphs)."""
+    static = x.clone()
+    device = x.device.type
+    # autocast's cache of cast weights would outlive the capture: off
+    autocast = torch.autocast(
+        device, dtype=torch.get_autocast_dtype(device),
+        enabled=torch.is_autocast_enabled(device), cache_enabled=False)
+    stream = torch.cuda.Stream(device=x.device)
+    stream.wait_stream(torch.cuda.current_stream(x.device))
+    with torch.cuda.stream(stream), autocast:
+        for _ in range(2):
+            forward(static)
+    torch.cuda.current_stream(x.device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool), autocast:
+        outs = forward(static)
+    return static, tuple(outs), graph.replay, graph.pool()
+
+
+class GraphedInference:
+    """A model's captured forwards, one per :func:`signature`, the
+    :data:`MAX_GRAPHS` most recently used kept. Not copied with the model
+    (a copy captures its own). If a capture fails, one warning names the
+    error and the model runs eagerly from then on."""
+
+    #: the capture (a stand-in on the CPU in the tests)
+    capture = staticmethod(capture_cuda)
+
+    def __init__(self) -> None:
+        self.graphs: 'OrderedDict[Hashable, tuple]' = OrderedDict()
+        self.pool = None
+        self.failure: Optional[str] = None
+        self.captures = 0
+
+    def __call__(self, model: nn.Module,
+                 forward: Callable[[torch.Tensor], Outputs],
+                 x: torch.Tensor) -> Outputs:
+        """``forward(x)`` (``model``'s forward), replayed from the graph of
+        its signature, captured first if there is none; the outputs are
+        the caller's own (copies of the graph's)."""
+        if self.failure is not None:
+            return forward(x)
+        key = signature(model, x)
+        entry = self.graphs.get(key)
+        if entry is None:
+            try:
+                *entry, self.pool = self.capture(forward, x, self.pool)
+            except Exception as error:  # the capture's, or the model's
+                failure = first_line(error)
+                outs = forward(x)  # the model's own error is raised alone
+                self.failure = failure
+                self.graphs.clear()
+                print_log(
+                    f'XCiT: capturing the backbone in a CUDA graph failed '
+                    f'({failure}); it runs eagerly from now on. Set '
+                    f'model.backbone.cuda_graphs=False to skip capturing.',
+                    logger='current', level=logging.WARNING)
+                return outs
+            self.captures += 1
+            self.graphs[key] = entry
+            while len(self.graphs) > MAX_GRAPHS:
+                self.graphs.popitem(last=False)
+        self.graphs.move_to_end(key)
+        static, outs, replay = entry
+        static.copy_(x)
+        replay()
+        return tuple(o.clone() for o in outs)
+
+    def __deepcopy__(self, memo: Dict) -> 'GraphedInference':
+        return type(self)()
+
+    def __getstate__(self) -> Dict:
+        return {}
+
+    def __setstate__(self, state: Dict) -> None:
+        self.__init__()

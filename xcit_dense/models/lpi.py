@@ -30,11 +30,12 @@ class LPI(TimmLPI):
       :meth:`residual_forward` the layer scale is folded into the second
       and, in inference, the residual added inside it.
     * on CUDA, eagerly: the whole branch, layer scale and residual included,
-      in three Triton kernels each way on the tokens as they lie
-      (:mod:`.ops.lpi_kernels`), for depth-wise 3x3 convolutions, exact GELU
-      and ``nn.BatchNorm2d`` or ``nn.SyncBatchNorm`` (batch statistics,
-      synchronised across processes for SyncBN, and running averages as
-      the norm's own forward keeps them) in fp32, fp16 and bf16.
+      in Triton kernels (three forward, five backward) on the tokens as
+      they lie (:mod:`.ops.lpi_kernels`), for depth-wise 3x3
+      convolutions, exact GELU and ``nn.BatchNorm2d`` or
+      ``nn.SyncBatchNorm`` (batch statistics, synchronised across
+      processes for SyncBN, and running averages as the norm's own forward
+      keeps them) in fp32, fp16 and bf16.
     """
     use_fast_path = True
 

@@ -2,8 +2,8 @@
 convolution, GELU, BatchNorm and depth-wise 3x3 convolution of local patch
 interaction, with the block's layer scale and residual, computed on the
 (B, N, C) tokens as they lie (channels last), in three kernels forward and
-three backward instead of the straightforward computation's NCHW copies and
-one kernel per operation.
+five backward instead of the straightforward computation's NCHW copies and
+one kernel per operation (and no other operation between them).
 
 For tokens ``y`` of an H x W grid, per channel::
 
@@ -16,11 +16,14 @@ For tokens ``y`` of an H x W grid, per channel::
 
 Backward: ``_backward`` takes ``dout`` back through conv2 (``dz``, with the
 sums for conv2's and the layer scale's gradients and BatchNorm's two
-per-channel sums), ``_gelu_backward`` through BatchNorm and GELU (recomputing
-``conv1(y)``), ``_backward`` again through conv1 (``dy`` and conv1's sums).
-Only ``y`` and ``a`` are kept for it. Everything is accumulated in fp32
-whatever the tokens' dtype (fp32, or fp16 / bf16 under autocast); the
-batch variance combines the tiles' M2 (Chan et al.), not sums of squares.
+per-channel sums, per tile), ``_parameter_gradients`` adds the tiles' sums
+into those gradients and BatchNorm's backward coefficients,
+``_gelu_backward`` goes through BatchNorm and GELU (recomputing
+``conv1(y)``), then ``_backward`` and ``_parameter_gradients`` again through
+conv1 (``dy``, conv1's gradients). Only ``y`` and ``a`` are kept for it.
+Everything is accumulated in fp32 whatever the tokens' dtype (fp32, or
+fp16 / bf16 under autocast); the batch variance combines the tiles' M2
+(Chan et al.), not sums of squares.
 Triton compiles for CUDA; ``TRITON_INTERPRET=1`` runs the same kernels on
 CPU tensors, as the tests do.
 """
@@ -39,6 +42,8 @@ BLOCK_C = 64
 #: per tile of ``_backward``: 9 taps' and the bias's sums, then
 #: BatchNorm's sums of dz and dz * (a - mean) / std
 _SUMS = 12
+#: channels per program of ``_parameter_gradients``
+_REDUCE_C = 32
 
 
 if triton is not None:
@@ -261,17 +266,69 @@ if triton is not None:
         da = alpha[None, :] * dz + beta[None, :] * a + c[None, :]
         tl.store(out_ptr + offsets, da * (cdf + pre * pdf), mask=mask)
 
+    @triton.jit
+    def _parameter_gradients(sums_ptr, parts, w_ptr, bias_ptr, gamma_ptr,
+                             stats_ptr, dw_ptr, db_ptr, dgamma_ptr,
+                             totals_ptr, coef_ptr, C, count,
+                             NORMED: tl.constexpr, BATCH: tl.constexpr,
+                             SUMS: tl.constexpr, ROWS: tl.constexpr,
+                             BLOCK_C: tl.constexpr):
+        """One program: a block of channels. Adds ``_backward``'s sums over
+        the tiles and writes a convolution's weight (``dw``, in its (C, 1,
+        3, 3) layout) and bias gradients; with NORMED (conv2, ``gamma *
+        (conv2(z) + b2)``) times ``gamma``, the layer scale's gradient,
+        BatchNorm's two sums (``totals``: of dz, of dz times the normalised
+        input) and the coefficients of its backward for ``_gelu_backward``
+        (BATCH: with the batch statistics' own gradient)."""
+        rc = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+        cmask = rc < C
+        rows = tl.arange(0, ROWS)
+        m = (rows < SUMS)[:, None] & cmask[None, :]
+        total = tl.zeros((ROWS, BLOCK_C), dtype=tl.float32)
+        for part in range(0, parts):
+            total += tl.load(sums_ptr + part * SUMS * C + rows[:, None] * C +
+                             rc[None, :], mask=m, other=0.)
+        taps = (rows < 9)[:, None] & cmask[None, :]
+        bias_sum = tl.sum(tl.where(rows[:, None] == 9, total, 0.), axis=0)
+        tap_offsets = rc[None, :] * 9 + rows[:, None]
+        if NORMED:
+            gamma = tl.load(gamma_ptr + rc, mask=cmask, other=0.).to(
+                tl.float32)
+            w = tl.load(w_ptr + tap_offsets, mask=taps, other=0.).to(
+                tl.float32)
+            bias = tl.load(bias_ptr + rc, mask=cmask, other=0.).to(
+                tl.float32)
+            tl.store(dgamma_ptr + rc, tl.sum(tl.where(taps, total * w, 0.),
+                                             axis=0) + bias * bias_sum,
+                     mask=cmask)
+            tl.store(dw_ptr + tap_offsets, total * gamma[None, :], mask=taps)
+            tl.store(db_ptr + rc, bias_sum * gamma, mask=cmask)
+            sum_dz = tl.sum(tl.where(rows[:, None] == 10, total, 0.), axis=0)
+            sum_dz_normed = tl.sum(tl.where(rows[:, None] == 11, total, 0.),
+                                   axis=0)
+            tl.store(totals_ptr + rc, sum_dz, mask=cmask)
+            tl.store(totals_ptr + C + rc, sum_dz_normed, mask=cmask)
+            mean, rstd = _stats(stats_ptr, 0, rc, cmask, C)
+            scale = tl.load(stats_ptr + 2 * C + rc, mask=cmask, other=0.)
+            if BATCH:  # the batch's mean and variance depend on a too
+                beta = -scale * rstd * sum_dz_normed / count
+                shift = -scale * sum_dz / count - beta * mean
+            else:
+                beta = tl.zeros((BLOCK_C,), dtype=tl.float32)
+                shift = beta
+            tl.store(coef_ptr + rc, scale, mask=cmask)
+            tl.store(coef_ptr + C + rc, beta, mask=cmask)
+            tl.store(coef_ptr + 2 * C + rc, shift, mask=cmask)
+        else:
+            tl.store(dw_ptr + tap_offsets, total, mask=taps)
+            tl.store(db_ptr + rc, bias_sum, mask=cmask)
+
 
 def _grid(B: int, N: int, C: int) -> Tuple[int, Tuple[int, int]]:
     """Tiles of tokens per image, and the grid of one image's tile and one
     block of channels per program."""
     tiles = triton.cdiv(N, BLOCK_N)
     return tiles, (B * tiles, triton.cdiv(C, BLOCK_C))
-
-
-def _taps(sums: torch.Tensor) -> torch.Tensor:
-    """(9, C) sums over the taps -> a depth-wise weight's (C, 1, 3, 3)."""
-    return sums.t().reshape(-1, 1, 3, 3)
 
 
 def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
@@ -320,7 +377,7 @@ def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
 
 class _LocalInteraction(torch.autograd.Function):
     """(B, N, C) tokens of an H x W grid -> ``residual + gamma *
-    conv2(BN(GELU(conv1(y))))``, three kernels each way."""
+    conv2(BN(GELU(conv1(y))))``: three kernels forward, five backward."""
 
     @staticmethod
     def forward(ctx, y, residual, w1, b1, w2, b2, bn_weight, bn_bias, gamma,
@@ -360,40 +417,40 @@ class _LocalInteraction(torch.autograd.Function):
         _backward[grid](dout, w2, gamma, a, stats, dz, sums2, N, H, W, C,
                         tiles, NORMED=True, SUMS=_SUMS, BLOCK_N=BLOCK_N,
                         BLOCK_C=BLOCK_C)
-        sums2 = sums2.sum(0)
-        # out = residual + gamma * (conv2(z) + b2); the sums are of dout
-        taps, dbias, sum_dz, sum_dz_normed = sums2[:9], sums2[9], sums2[10], \
-            sums2[11]
-        dbn_weight, dbn_bias = sum_dz_normed, sum_dz  # this process's
-        dgamma = (taps.t() * w2.reshape(C, 9)).sum(1) + dbias * b2
-        dw2 = _taps(taps) * gamma.view(C, 1, 1, 1)
-        db2 = dbias * gamma
-        mean, rstd, scale = stats[:3]
         group, count = ctx.sync
-        if batch:  # the batch's mean and variance depend on a too
-            if group is not None:  # SyncBN: over every process's batch
-                reduced = torch.stack([sum_dz, sum_dz_normed])
-                dist.all_reduce(reduced, group=group)
-                sum_dz, sum_dz_normed = reduced
-            beta = -scale * rstd * sum_dz_normed / count
+        dw2, dw1 = torch.empty_like(w2), torch.empty_like(w1)
+        db2, db1, dgamma = (b2.new_empty(C, dtype=torch.float32)
+                            for _ in range(3))
+        totals = y.new_empty((2, C), dtype=torch.float32)
+        coef = y.new_empty((3, C), dtype=torch.float32)
+        channels = (triton.cdiv(C, _REDUCE_C),)
+        _parameter_gradients[channels](
+            sums2, B * tiles, w2, b2, gamma, stats, dw2, db2, dgamma, totals,
+            coef, C, count, NORMED=True, BATCH=batch, SUMS=_SUMS, ROWS=16,
+            BLOCK_C=_REDUCE_C)
+        if batch and group is not None:  # SyncBN: every process's batch
+            reduced = totals.clone()
+            dist.all_reduce(reduced, group=group)
+            mean, rstd, scale = stats[:3]
+            beta = -scale * rstd * reduced[1] / count
             coef = torch.stack([scale, beta,
-                                -scale * sum_dz / count - beta * mean])
-        else:
-            coef = torch.stack([scale, torch.zeros_like(scale),
-                                torch.zeros_like(scale)])
+                                -scale * reduced[0] / count - beta * mean])
         dpre = torch.empty_like(dz)
         _gelu_backward[grid](dz, a, y, w1, b1, coef, dpre, N, H, W, C, tiles,
                              BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
         dy = torch.empty_like(y)
-        sums1 = y.new_empty((B * tiles, _SUMS, C), dtype=torch.float32)
-        _backward[grid](dpre, w1, gamma, y, stats, dy, sums1, N, H, W, C,
+        _backward[grid](dpre, w1, gamma, y, stats, dy, sums2, N, H, W, C,
                         tiles, NORMED=False, SUMS=_SUMS, BLOCK_N=BLOCK_N,
                         BLOCK_C=BLOCK_C)
-        sums1 = sums1[:, :10].sum(0)
-        return (dy, dout if residual else None, _taps(sums1[:9]).to(w1.dtype),
-                sums1[9].to(b1.dtype), dw2.to(w2.dtype), db2.to(b2.dtype),
-                dbn_weight, dbn_bias, dgamma.to(gamma.dtype), None, None,
-                None, None, None, None, None, None)
+        _parameter_gradients[channels](
+            sums2, B * tiles, w1, b1, gamma, stats, dw1, db1, dgamma, totals,
+            coef, C, count, NORMED=False, BATCH=False, SUMS=_SUMS, ROWS=16,
+            BLOCK_C=_REDUCE_C)
+        # BatchNorm's parameters: this process's sums (DDP adds them up)
+        return (dy, dout if residual else None, dw1, db1.to(b1.dtype), dw2,
+                db2.to(b2.dtype), totals[1], totals[0],
+                dgamma.to(gamma.dtype), None, None, None, None, None, None,
+                None, None)
 
 
 def batch_norm_mode(bn: nn.BatchNorm2d
@@ -432,16 +489,16 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
     its own forward."""
     C = y.shape[-1]
     batch, factor, group = batch_norm_mode(bn)
-    ones = y.new_ones(C, dtype=torch.float32)
-    bias1 = conv1.bias if conv1.bias is not None else ones * 0
-    bias2 = conv2.bias if conv2.bias is not None else ones * 0
+
+    def given(t: Optional[torch.Tensor], value: float) -> torch.Tensor:
+        return t if t is not None else y.new_full((C,), value,
+                                                  dtype=torch.float32)
     return _LocalInteraction.apply(
         y.contiguous(), residual.contiguous() if residual is not None
-        else None, conv1.weight.contiguous(), bias1,
-        conv2.weight.contiguous(), bias2,
-        bn.weight if bn.affine else ones, bn.bias if bn.affine else ones * 0,
-        gamma if gamma is not None else ones, bn.running_mean,
-        bn.running_var, H, W, bn.eps, batch, factor, group)
+        else None, conv1.weight.contiguous(), given(conv1.bias, 0.),
+        conv2.weight.contiguous(), given(conv2.bias, 0.),
+        given(bn.weight, 1.), given(bn.bias, 0.), given(gamma, 1.),
+        bn.running_mean, bn.running_var, H, W, bn.eps, batch, factor, group)
 
 
 def probe(device: torch.device, dtype: torch.dtype) -> None:

@@ -14,7 +14,8 @@ one process with CUDA events (medians after warm-up):
 
 Run on a CUDA machine::
 
-    python docs/benchmark/gpu/launch_probe.py --out DIR [--size 800x1344]
+    python docs/benchmark/gpu/launch_probe.py --out DIR [--size 800x1344] \
+        [--triton none xca lpi xca+lpi]
 
 Writes one JSON line per measurement to ``DIR/launch_probe.jsonl`` as it
 goes (a time limit keeps what was measured) and the profiles' top kernels
@@ -113,6 +114,10 @@ def main():
     parser.add_argument('--arch', default='small_12_p16')
     parser.add_argument('--size', default='800x1344')
     parser.add_argument('--no-compile', action='store_true')
+    parser.add_argument('--triton', nargs='+', choices=list(TRITON),
+                        default=list(TRITON),
+                        help='which parts on their Triton kernels, one row '
+                        'each (default: all four)')
     args = parser.parse_args()
     h, w = map(int, args.size.split('x'))
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -130,7 +135,7 @@ def main():
     model = XCiT(args.arch).cuda().eval()
     x1 = torch.randn(1, 3, h, w, device='cuda')
     for triton, label, dtype in [
-            (triton, label, dtype) for triton in TRITON
+            (triton, label, dtype) for triton in args.triton
             for label, dtype in (('fp32', None),
                                  ('bf16 autocast', torch.bfloat16),
                                  ('fp16 autocast', torch.float16))]:
@@ -164,7 +169,7 @@ def main():
     model.train()
     x2 = torch.randn(2, 3, h, w, device='cuda')
     for triton, label, dtype in [
-            (triton, label, dtype) for triton in TRITON
+            (triton, label, dtype) for triton in args.triton
             for label, dtype in (('fp32', None),
                                  ('bf16 autocast', torch.bfloat16))]:
         use_kernels(model, triton)

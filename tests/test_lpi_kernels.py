@@ -108,6 +108,15 @@ def test_kernels_match_the_straightforward_branch(training, batch, H, W, C):
     compare(y, H, W, list(branch(C)), training)
 
 
+def test_tiles_sums_added_in_several_steps(monkeypatch):
+    """The statistics and the parameters' gradients add the tiles' sums
+    a few tiles per step (32 on a GPU): 2 here, so 3 tiles take a full and
+    a ragged step."""
+    monkeypatch.setattr(lpi_kernels, '_CHUNK', 2)
+    torch.manual_seed(0)
+    compare(torch.randn(1, 90, 24) + 2, 9, 10, list(branch(24)), True)
+
+
 @pytest.mark.parametrize('bn_args', [
     dict(momentum=None),  # the cumulative average of the batches' statistics
     dict(affine=False),

@@ -23,7 +23,7 @@ into those gradients and BatchNorm's backward coefficients,
 conv1 (``dy``, conv1's gradients). Only ``y`` and ``a`` are kept for it.
 Everything is accumulated in fp32 whatever the tokens' dtype (fp32, or
 fp16 / bf16 under autocast); the batch variance combines the tiles' M2
-(Chan et al.), not sums of squares.
+(combined as in Chan et al.), not sums of squares.
 Triton compiles for CUDA; ``TRITON_INTERPRET=1`` runs the same kernels on
 CPU tensors, as the tests do.
 """
@@ -42,8 +42,11 @@ BLOCK_C = 64
 #: per tile of ``_backward``: 9 taps' and the bias's sums, then
 #: BatchNorm's sums of dz and dz * (a - mean) / std
 _SUMS = 12
-#: channels per program of ``_parameter_gradients``
+#: channels per program of ``_parameter_gradients``, and tiles' sums
+#: added per step of it and of ``_statistics`` (loads in flight at once, not
+#: one tile after another)
 _REDUCE_C = 32
+_CHUNK = 32
 
 
 if triton is not None:
@@ -147,31 +150,49 @@ if triton is not None:
                      tl.sum(dev * dev, axis=0), mask=cmask)
 
     @triton.jit
+    def _moments(part_ptr, part, parts, tiles, N, rc, cmask, C,
+                 BLOCK_N: tl.constexpr):
+        """Tiles ``part``'s token counts, means and M2 (zeros past
+        ``parts``)."""
+        exists = part < parts
+        tile = part % tiles
+        n = tl.where(exists, tl.minimum(BLOCK_N, N - tile * BLOCK_N), 0)
+        m = exists[:, None] & cmask[None, :]
+        offsets = part[:, None] * 2 * C + rc[None, :]
+        means = tl.load(part_ptr + offsets, mask=m, other=0.)
+        m2s = tl.load(part_ptr + offsets + C, mask=m, other=0.)
+        return n.to(tl.float32), means, m2s
+
+    @triton.jit
     def _statistics(part_ptr, weight_ptr, bias_ptr, rmean_ptr, rvar_ptr,
                     stats_ptr, N, C, tiles, parts, count, factor, eps,
                     BATCH: tl.constexpr, UPDATE: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+                    BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
+                    CHUNK: tl.constexpr):
         """One program: a block of channels. The mean and variance (BATCH:
-        the tiles' means and M2 combined in order; otherwise the running
-        ones), with UPDATE the running averages moved by ``factor`` towards
+        from the tiles' means and M2, ``CHUNK`` tiles at a time: the mean
+        of their means, then the sum of their M2 and of their means'
+        squared deviations from it; otherwise the running ones), with
+        UPDATE the running averages moved by ``factor`` towards
         the batch's (the variance unbiased, as nn.BatchNorm2d does), and
         ``stats`` = (mean, 1 / std, scale, shift, variance) for the
         norm."""
         rc = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
         cmask = rc < C
         if BATCH:
-            mean = tl.zeros((BLOCK_C,), dtype=tl.float32)
+            rp = tl.arange(0, CHUNK)
+            total = tl.zeros((BLOCK_C,), dtype=tl.float32)
+            for first in range(0, parts, CHUNK):
+                n, means, _ = _moments(part_ptr, first + rp, parts, tiles,
+                                       N, rc, cmask, C, BLOCK_N)
+                total += tl.sum(n[:, None] * means, axis=0)
+            mean = total / count
             m2 = tl.zeros((BLOCK_C,), dtype=tl.float32)
-            for part in range(0, parts):
-                tile = part % tiles
-                seen = ((part // tiles) * N + tile * BLOCK_N).to(tl.float32)
-                n = tl.minimum(BLOCK_N, N - tile * BLOCK_N).to(tl.float32)
-                total = seen + n
-                delta = tl.load(part_ptr + part * 2 * C + rc, mask=cmask,
-                                other=0.) - mean
-                mean += delta * (n / total)
-                m2 += tl.load(part_ptr + part * 2 * C + C + rc, mask=cmask,
-                              other=0.) + delta * delta * (seen * n / total)
+            for first in range(0, parts, CHUNK):
+                n, means, m2s = _moments(part_ptr, first + rp, parts, tiles,
+                                         N, rc, cmask, C, BLOCK_N)
+                dev = means - mean[None, :]
+                m2 += tl.sum(m2s + n[:, None] * dev * dev, axis=0)
             var = m2 / count
             if UPDATE:
                 rmean = tl.load(rmean_ptr + rc, mask=cmask, other=0.)
@@ -195,8 +216,7 @@ if triton is not None:
     @triton.jit
     def _backward(grad_ptr, w_ptr, gamma_ptr, src_ptr, stats_ptr, dsrc_ptr,
                   part_ptr, N, H, W, C, tiles, NORMED: tl.constexpr,
-                  SUMS: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_C: tl.constexpr):
+                  BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
         """One program: one image's tile of tokens and block of channels.
         For a convolution ``out = conv(s) + bias`` (NORMED: ``gamma * (...)``
         with ``s`` the BatchNorm's output from ``src``): ``dsrc`` the
@@ -216,7 +236,9 @@ if triton is not None:
         offsets = base + rn[:, None] * C + rc[None, :]
         grad = tl.load(grad_ptr + offsets, mask=mask, other=0.).to(
             tl.float32)
-        sums = part_ptr + pid * SUMS * C + rc
+        # the (SUMS, tiles, C) sums: this tile's of row r at sums + r * row
+        sums = part_ptr + pid * C + rc
+        row = tl.num_programs(0) * C
         for di in tl.static_range(3):
             for dj in tl.static_range(3):
                 idx, on_grid = _neighbours(rn, N, H, W, di - 1, dj - 1)
@@ -225,17 +247,18 @@ if triton is not None:
                             mask=m, other=0.).to(tl.float32)
                 if NORMED:
                     s = tl.where(m, s * scale[None, :] + shift[None, :], 0.)
-                tl.store(sums + (di * 3 + dj) * C, tl.sum(grad * s, axis=0),
+                tl.store(sums + (di * 3 + dj) * row, tl.sum(grad * s, axis=0),
                          mask=cmask)
-        tl.store(sums + 9 * C, tl.sum(grad, axis=0), mask=cmask)
+        tl.store(sums + 9 * row, tl.sum(grad, axis=0), mask=cmask)
         if NORMED:
             mean, rstd = _stats(stats_ptr, 0, rc, cmask, C)
             a = tl.load(src_ptr + offsets, mask=mask, other=0.).to(
                 tl.float32)
             normed = tl.where(mask, (a - mean[None, :]) * rstd[None, :], 0.)
             ds = tl.where(mask, ds, 0.)
-            tl.store(sums + 10 * C, tl.sum(ds, axis=0), mask=cmask)
-            tl.store(sums + 11 * C, tl.sum(ds * normed, axis=0), mask=cmask)
+            tl.store(sums + 10 * row, tl.sum(ds, axis=0), mask=cmask)
+            tl.store(sums + 11 * row, tl.sum(ds * normed, axis=0),
+                     mask=cmask)
         tl.store(dsrc_ptr + offsets, ds.to(dsrc_ptr.dtype.element_ty),
                  mask=mask)
 
@@ -267,12 +290,26 @@ if triton is not None:
         tl.store(out_ptr + offsets, da * (cdf + pre * pdf), mask=mask)
 
     @triton.jit
+    def _tiles_sum(sums_ptr, row, parts, rc, cmask, C,
+                   CHUNK: tl.constexpr, BLOCK_C: tl.constexpr):
+        """Row ``row`` of ``_backward``'s (rows, parts, C) sums added over
+        the tiles, ``CHUNK`` tiles at a time."""
+        rp = tl.arange(0, CHUNK)
+        total = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        for first in range(0, parts, CHUNK):
+            part = first + rp
+            m = (part < parts)[:, None] & cmask[None, :]
+            total += tl.sum(tl.load(
+                sums_ptr + (row * parts + part[:, None]) * C + rc[None, :],
+                mask=m, other=0.), axis=0)
+        return total
+
+    @triton.jit
     def _parameter_gradients(sums_ptr, parts, w_ptr, bias_ptr, gamma_ptr,
                              stats_ptr, dw_ptr, db_ptr, dgamma_ptr,
                              totals_ptr, coef_ptr, C, count,
                              NORMED: tl.constexpr, BATCH: tl.constexpr,
-                             SUMS: tl.constexpr, ROWS: tl.constexpr,
-                             BLOCK_C: tl.constexpr):
+                             CHUNK: tl.constexpr, BLOCK_C: tl.constexpr):
         """One program: a block of channels. Adds ``_backward``'s sums over
         the tiles and writes a convolution's weight (``dw``, in its (C, 1,
         3, 3) layout) and bias gradients; with NORMED (conv2, ``gamma *
@@ -282,30 +319,29 @@ if triton is not None:
         (BATCH: with the batch statistics' own gradient)."""
         rc = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
         cmask = rc < C
-        rows = tl.arange(0, ROWS)
-        m = (rows < SUMS)[:, None] & cmask[None, :]
-        total = tl.zeros((ROWS, BLOCK_C), dtype=tl.float32)
-        for part in range(0, parts):
-            total += tl.load(sums_ptr + part * SUMS * C + rows[:, None] * C +
-                             rc[None, :], mask=m, other=0.)
-        taps = (rows < 9)[:, None] & cmask[None, :]
-        bias_sum = tl.sum(tl.where(rows[:, None] == 9, total, 0.), axis=0)
-        tap_offsets = rc[None, :] * 9 + rows[:, None]
         if NORMED:
             gamma = tl.load(gamma_ptr + rc, mask=cmask, other=0.).to(
                 tl.float32)
-            w = tl.load(w_ptr + tap_offsets, mask=taps, other=0.).to(
-                tl.float32)
+        else:
+            gamma = tl.full((BLOCK_C,), 1., dtype=tl.float32)
+        dgamma = tl.zeros((BLOCK_C,), dtype=tl.float32)
+        for k in tl.static_range(9):
+            tap = _tiles_sum(sums_ptr, k, parts, rc, cmask, C, CHUNK, BLOCK_C)
+            tl.store(dw_ptr + rc * 9 + k, tap * gamma, mask=cmask)
+            if NORMED:
+                dgamma += tap * tl.load(w_ptr + rc * 9 + k, mask=cmask,
+                                        other=0.).to(tl.float32)
+        bias_sum = _tiles_sum(sums_ptr, 9, parts, rc, cmask, C, CHUNK,
+                              BLOCK_C)
+        tl.store(db_ptr + rc, bias_sum * gamma, mask=cmask)
+        if NORMED:
             bias = tl.load(bias_ptr + rc, mask=cmask, other=0.).to(
                 tl.float32)
-            tl.store(dgamma_ptr + rc, tl.sum(tl.where(taps, total * w, 0.),
-                                             axis=0) + bias * bias_sum,
-                     mask=cmask)
-            tl.store(dw_ptr + tap_offsets, total * gamma[None, :], mask=taps)
-            tl.store(db_ptr + rc, bias_sum * gamma, mask=cmask)
-            sum_dz = tl.sum(tl.where(rows[:, None] == 10, total, 0.), axis=0)
-            sum_dz_normed = tl.sum(tl.where(rows[:, None] == 11, total, 0.),
-                                   axis=0)
+            tl.store(dgamma_ptr + rc, dgamma + bias * bias_sum, mask=cmask)
+            sum_dz = _tiles_sum(sums_ptr, 10, parts, rc, cmask, C, CHUNK,
+                                BLOCK_C)
+            sum_dz_normed = _tiles_sum(sums_ptr, 11, parts, rc, cmask, C,
+                                       CHUNK, BLOCK_C)
             tl.store(totals_ptr + rc, sum_dz, mask=cmask)
             tl.store(totals_ptr + C + rc, sum_dz_normed, mask=cmask)
             mean, rstd = _stats(stats_ptr, 0, rc, cmask, C)
@@ -319,9 +355,6 @@ if triton is not None:
             tl.store(coef_ptr + rc, scale, mask=cmask)
             tl.store(coef_ptr + C + rc, beta, mask=cmask)
             tl.store(coef_ptr + 2 * C + rc, shift, mask=cmask)
-        else:
-            tl.store(dw_ptr + tap_offsets, total, mask=taps)
-            tl.store(db_ptr + rc, bias_sum, mask=cmask)
 
 
 def _grid(B: int, N: int, C: int) -> Tuple[int, Tuple[int, int]]:
@@ -353,7 +386,7 @@ def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
         running_var if running_var is not None else stats, stats, N, C,
         triton.cdiv(N, BLOCK_N), moments.shape[0] if batch else 0, count,
         factor if update else 0., eps, BATCH=batch, UPDATE=update,
-        BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+        BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, CHUNK=_CHUNK)
     if group is None:
         return stats, count
     local = torch.cat([stats[0], stats[4], stats.new_full((1,), count)])
@@ -371,7 +404,8 @@ def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
         running_var.lerp_(var * (count / (count - 1)), factor)
     _statistics[(triton.cdiv(C, BLOCK_C),)](
         moments, weight, bias, mean, var, stats, N, C, 1, 0, count, 0., eps,
-        BATCH=False, UPDATE=False, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+        BATCH=False, UPDATE=False, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C,
+        CHUNK=_CHUNK)
     return stats, count
 
 
@@ -413,9 +447,9 @@ class _LocalInteraction(torch.autograd.Function):
         tiles, grid = _grid(B, N, C)
         dout = dout.contiguous()
         dz = torch.empty_like(y, dtype=torch.float32)
-        sums2 = y.new_empty((B * tiles, _SUMS, C), dtype=torch.float32)
+        sums2 = y.new_empty((_SUMS, B * tiles, C), dtype=torch.float32)
         _backward[grid](dout, w2, gamma, a, stats, dz, sums2, N, H, W, C,
-                        tiles, NORMED=True, SUMS=_SUMS, BLOCK_N=BLOCK_N,
+                        tiles, NORMED=True, BLOCK_N=BLOCK_N,
                         BLOCK_C=BLOCK_C)
         group, count = ctx.sync
         dw2, dw1 = torch.empty_like(w2), torch.empty_like(w1)
@@ -426,7 +460,7 @@ class _LocalInteraction(torch.autograd.Function):
         channels = (triton.cdiv(C, _REDUCE_C),)
         _parameter_gradients[channels](
             sums2, B * tiles, w2, b2, gamma, stats, dw2, db2, dgamma, totals,
-            coef, C, count, NORMED=True, BATCH=batch, SUMS=_SUMS, ROWS=16,
+            coef, C, count, NORMED=True, BATCH=batch, CHUNK=_CHUNK,
             BLOCK_C=_REDUCE_C)
         if batch and group is not None:  # SyncBN: every process's batch
             reduced = totals.clone()
@@ -440,11 +474,11 @@ class _LocalInteraction(torch.autograd.Function):
                              BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
         dy = torch.empty_like(y)
         _backward[grid](dpre, w1, gamma, y, stats, dy, sums2, N, H, W, C,
-                        tiles, NORMED=False, SUMS=_SUMS, BLOCK_N=BLOCK_N,
+                        tiles, NORMED=False, BLOCK_N=BLOCK_N,
                         BLOCK_C=BLOCK_C)
         _parameter_gradients[channels](
             sums2, B * tiles, w1, b1, gamma, stats, dw1, db1, dgamma, totals,
-            coef, C, count, NORMED=False, BATCH=False, SUMS=_SUMS, ROWS=16,
+            coef, C, count, NORMED=False, BATCH=False, CHUNK=_CHUNK,
             BLOCK_C=_REDUCE_C)
         # BatchNorm's parameters: this process's sums (DDP adds them up)
         return (dy, dout if residual else None, dw1, db1.to(b1.dtype), dw2,

@@ -60,8 +60,9 @@ def infer(net, x=X):
 
 
 def test_one_capture_per_signature_then_replays(replays):
-    """A shape, dtype, autocast state or switch seen before is replayed;
-    a new one is captured; the outputs are the eager forward's."""
+    """A shape, dtype, autocast state, inference mode or switch seen before
+    is replayed; a new one is captured; the outputs are the eager
+    forward's."""
     net = model()
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
@@ -79,6 +80,11 @@ def test_one_capture_per_signature_then_replays(replays):
     assert net.graphs.captures == 4
     infer(net)
     assert net.graphs.captures == 4
+    with torch.inference_mode():
+        net(X)
+    assert net.graphs.captures == 5
+    infer(net)  # writes the no-grad graph's own input
+    assert net.graphs.captures == 5
 
 
 def test_a_changed_model_is_captured_anew(replays):

@@ -70,15 +70,16 @@ def fingerprint(model: nn.Module) -> Tuple[Hashable, ...]:
 
 def signature(model: nn.Module, x: torch.Tensor) -> Tuple[Hashable, ...]:
     """The key of a graph: the input's shape, dtype and device, the autocast
-    state of its device, the process-wide fast-path switches and the
+    state of its device, inference mode (whose tensors a later call outside
+    it could not write), the process-wide fast-path switches and the
     model's :func:`fingerprint`."""
     device = x.device.type
     autocast = torch.is_autocast_enabled(device) and \
         torch.get_autocast_dtype(device)
     switches = (policy.SWITCHES.fast_path, policy.SWITCHES.fused_kernels,
                 policy.SWITCHES.piece_tokens)
-    return (tuple(x.shape), x.dtype, str(x.device), autocast, switches,
-            fingerprint(model))
+    return (tuple(x.shape), x.dtype, str(x.device), autocast,
+            torch.is_inference_mode_enabled(), switches, fingerprint(model))
 
 
 def capture_cuda(forward: Callable[[torch.Tensor], Outputs],

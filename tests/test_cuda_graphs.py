@@ -88,10 +88,10 @@ def test_one_capture_per_signature_then_replays(replays):
 
 
 def test_a_changed_model_is_captured_anew(replays):
-    """A module replaced or wrapped, a hook, an instance-level forward, a
-    plain attribute edited, a parameter given new storage: each captures
-    anew. In-place updates of parameters are what a real replay reads, so
-    they capture nothing."""
+    """A module replaced or wrapped, a hook, an instance-level forward or
+    other method, a plain attribute edited, a parameter given new storage:
+    each captures anew. In-place updates of parameters are what a real
+    replay reads, so they capture nothing."""
     net = model()
     infer(net)
     block = net.blocks[0]
@@ -100,6 +100,7 @@ def test_a_changed_model_is_captured_anew(replays):
         lambda: setattr(block, 'local_mp', Wrapped(block.local_mp)),
         lambda: block.attn.register_forward_hook(lambda *a: None),
         lambda: setattr(block.mlp, 'forward', block.mlp.forward),
+        lambda: setattr(net, '_forward_pyramid', net._forward_pyramid),
         lambda: setattr(block.local_mp.inner.act, 'approximate', 'tanh'),
         lambda: setattr(block.norm1.weight, 'data',
                         block.norm1.weight.data.clone()),

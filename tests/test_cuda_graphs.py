@@ -104,6 +104,8 @@ def test_a_changed_model_is_captured_anew(replays):
         lambda: setattr(block.local_mp.inner.act, 'approximate', 'tanh'),
         lambda: setattr(block.norm1.weight, 'data',
                         block.norm1.weight.data.clone()),
+        lambda: setattr(block, 'gamma2',
+                        nn.Parameter(block.gamma2.detach().clone())),
         lambda: block.gamma1.data.mul_(2),  # in place: no new capture
     ]
     captures = net.graphs.captures

@@ -6,8 +6,8 @@ kernels and replays them with one launch. The backbone's forward is captured
 once per input signature (shape, dtype, device, autocast state, inference
 mode, fast-path switches) and replayed while nothing it depends on changes;
 the model is looked at on every call (:func:`fingerprint`: every module's
-identity, class, mode, hooks, functions set on it and public plain
-attributes, every parameter's and buffer's storage), so a module replaced,
+identity, class, attributes (their identities), hooks, every parameter's
+and buffer's identity and storage), so a module replaced,
 wrapped or edited, or a parameter given new storage, is captured anew.
 In-place updates of parameters and buffers (an optimizer step,
 ``load_state_dict``) are read by the replay itself. Only inference: eval
@@ -15,9 +15,7 @@ mode, no gradient, not under ``torch.compile`` (whose
 ``mode='reduce-overhead'`` graphs its own).
 """
 import logging
-import types
 from collections import OrderedDict
-from functools import partial
 from typing import Callable, Dict, Hashable, Optional, Tuple
 
 import torch
@@ -35,8 +33,6 @@ DEVICES = ('cuda',)
 MAX_GRAPHS = 8
 
 Outputs = Tuple[torch.Tensor, ...]
-_PLAIN = (bool, int, float, str, type(None))
-_FUNCTIONS = (types.FunctionType, types.MethodType, partial)
 
 
 def applies(model: nn.Module, x: torch.Tensor) -> bool:
@@ -51,26 +47,20 @@ def applies(model: nn.Module, x: torch.Tensor) -> bool:
 
 def fingerprint(model: nn.Module) -> Tuple[Hashable, ...]:
     """What ``model``'s forward depends on besides its input: each module's
-    identity, class, hooks, public plain attributes (numbers, strings,
-    flags, tuples of them; ``training`` among them) and functions set on
-    the instance (a patched ``forward``), and the storage of each parameter
-    and buffer (a new dtype, device or size is new storage)."""
+    identity and class, the identity of every value in its ``__dict__``
+    (so an attribute set or edited, ``training`` and a function set on the
+    instance among them, changes it), its hooks, and each parameter's and
+    buffer's identity and storage (a new dtype, device or size is new
+    storage)."""
     parts = [tuple(nn.modules.module._global_forward_pre_hooks),
              tuple(nn.modules.module._global_forward_hooks)]
     for module in model.modules():
         d = module.__dict__
-        parts.append((id(module), type(module),
+        tensors = (*d['_parameters'].values(), *d['_buffers'].values())
+        parts.append((id(module), type(module), tuple(map(id, d.values())),
                       tuple(d['_forward_pre_hooks']),
-                      tuple(d['_forward_hooks'])))
-        for k, v in d.items():
-            if type(v) in _FUNCTIONS:
-                parts.append((k, id(v)))
-            elif k[0] != '_' and (type(v) in _PLAIN or type(v) is tuple and
-                                  all(type(e) in _PLAIN for e in v)):
-                parts.append((k, v))
-        for tensors in (d['_parameters'], d['_buffers']):
-            for t in tensors.values():
-                parts.append(None if t is None else t.data_ptr())
+                      tuple(d['_forward_hooks']), tuple(map(id, tensors)),
+                      tuple(t.data_ptr() for t in tensors if t is not None)))
     return tuple(parts)
 
 

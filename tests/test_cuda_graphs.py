@@ -87,11 +87,12 @@ def test_one_capture_per_signature_then_replays(replays):
     assert net.graphs.captures == 5
 
 
-def test_a_changed_model_is_captured_anew(replays):
+def test_a_changed_model_is_captured_anew(replays, monkeypatch):
     """A module replaced or wrapped, a hook, an instance-level forward or
     other method, a plain attribute edited, a parameter given new storage:
     each captures anew. In-place updates of parameters are what a real
     replay reads, so they capture nothing."""
+    monkeypatch.setattr(cuda_graphs, 'MAX_CHANGES', 100)  # a change a call
     net = model()
     infer(net)
     block = net.blocks[0]
@@ -151,8 +152,28 @@ def test_outputs_are_the_callers_and_graphs_are_bounded(replays,
     assert len(net.graphs.graphs) == 2
 
 
-def test_a_failed_capture_runs_eagerly_and_says_so_once(monkeypatch):
+def warnings_of(net, calls):
+    """The eager model's outputs against ``net``'s over ``calls`` calls,
+    and the warnings logged meanwhile."""
     from mmengine.logging import MMLogger
+    records = []
+    logger = MMLogger.get_instance('test_cuda_graphs')  # the current one
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    try:
+        outs = [infer(net) for _ in range(calls)]
+    finally:
+        logger.removeHandler(handler)
+    for out in outs:
+        for o, r in zip(out, infer(eager)):
+            torch.testing.assert_close(o, r, rtol=0, atol=0)
+    return [r.getMessage() for r in records if r.levelno == logging.WARNING]
+
+
+def test_a_failed_capture_runs_eagerly_and_says_so_once(monkeypatch):
     monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
     attempts = []
 
@@ -162,24 +183,28 @@ def test_a_failed_capture_runs_eagerly_and_says_so_once(monkeypatch):
                            'capturing')
     monkeypatch.setattr(cuda_graphs.GraphedInference, 'capture',
                         staticmethod(failing))
-    records = []
-    logger = MMLogger.get_instance('test_failed_capture')  # the current one
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
-    net = model()
-    eager = copy.deepcopy(net)
-    eager.cuda_graphs = False
-    try:
-        outs = [infer(net) for _ in range(2)]
-    finally:
-        logger.removeHandler(handler)
-    for out in outs:
-        for o, r in zip(out, infer(eager)):
-            torch.testing.assert_close(o, r, rtol=0, atol=0)
+    messages = warnings_of(model(), 2)
     assert len(attempts) == 1
-    messages = [r.getMessage() for r in records
-                if r.levelno == logging.WARNING]
     assert len(messages) == 1, messages
     assert 'RuntimeError: operation not permitted' in messages[0]
     assert 'cuda_graphs=False' in messages[0]
+
+
+def test_a_model_that_changes_on_every_call_stops_the_graphs(replays):
+    """A module that sets an attribute in its forward would be captured on
+    every call: after 3 calls in a row the graphs stop, said once."""
+    class Counting(nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            self.seen = object()  # a new attribute value every call
+            return self.inner(*args)
+
+    net = model()
+    net.blocks[0].mlp = Counting(net.blocks[0].mlp)
+    messages = warnings_of(net, 6)
+    assert net.graphs.captures == 3 and net.graphs.failure is not None
+    assert len(messages) == 1, messages
+    assert 'the model changed between 4 calls in a row' in messages[0]

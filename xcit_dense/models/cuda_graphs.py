@@ -16,7 +16,7 @@ mode, no gradient, not under ``torch.compile`` (whose
 """
 import logging
 from collections import OrderedDict
-from typing import Callable, Dict, Hashable, Optional, Tuple
+from typing import Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -31,6 +31,9 @@ DEVICES = ('cuda',)
 #: graphs kept per model, the least recently used dropped first (each holds
 #: its forward's activations)
 MAX_GRAPHS = 8
+#: calls in a row with the model changed at the same input after which the
+#: graphs stop
+MAX_CHANGES = 3
 
 Outputs = Tuple[torch.Tensor, ...]
 
@@ -45,37 +48,44 @@ def applies(model: nn.Module, x: torch.Tensor) -> bool:
         not (x.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
-def fingerprint(model: nn.Module) -> Tuple[Hashable, ...]:
+def fingerprint(model: nn.Module
+                ) -> Tuple[Tuple[Hashable, ...], List[object]]:
     """What ``model``'s forward depends on besides its input: each module's
     identity and class, the identity of every value in its ``__dict__``
     (so an attribute set or edited, ``training`` and a function set on the
     instance among them, changes it), its hooks, and each parameter's and
     buffer's identity and storage (a new dtype, device or size is new
-    storage)."""
+    storage). Also the objects whose identities it holds: kept alive with
+    a graph, so that no new object can take one of their identities."""
     parts = [tuple(nn.modules.module._global_forward_pre_hooks),
              tuple(nn.modules.module._global_forward_hooks)]
+    held = []
     for module in model.modules():
         d = module.__dict__
+        values = tuple(d.values())
         tensors = (*d['_parameters'].values(), *d['_buffers'].values())
-        parts.append((id(module), type(module), tuple(map(id, d.values())),
+        held.append((module, values, tensors))
+        parts.append((id(module), type(module), tuple(map(id, values)),
                       tuple(d['_forward_pre_hooks']),
                       tuple(d['_forward_hooks']), tuple(map(id, tensors)),
                       tuple(t.data_ptr() for t in tensors if t is not None)))
-    return tuple(parts)
+    return tuple(parts), held
 
 
-def signature(model: nn.Module, x: torch.Tensor) -> Tuple[Hashable, ...]:
+def signature(model: nn.Module, x: torch.Tensor
+              ) -> Tuple[Tuple[Hashable, ...], List[object]]:
     """The key of a graph: the input's shape, dtype and device, the autocast
     state of its device, inference mode (whose tensors a later call outside
     it could not write), the process-wide fast-path switches and the
-    model's :func:`fingerprint`."""
+    model's :func:`fingerprint`; and the objects the fingerprint holds."""
     device = x.device.type
     autocast = torch.is_autocast_enabled(device) and \
         torch.get_autocast_dtype(device)
     switches = (policy.SWITCHES.fast_path, policy.SWITCHES.fused_kernels,
                 policy.SWITCHES.piece_tokens)
+    model_key, held = fingerprint(model)
     return (tuple(x.shape), x.dtype, str(x.device), autocast,
-            torch.is_inference_mode_enabled(), switches, fingerprint(model))
+            torch.is_inference_mode_enabled(), switches, model_key), held
 
 
 def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
@@ -107,8 +117,10 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
 class GraphedInference:
     """A model's captured forwards, one per :func:`signature`, the
     :data:`MAX_GRAPHS` most recently used kept. Not copied with the model
-    (a copy captures its own). If a capture fails, one warning names the
-    error and the model runs eagerly from then on."""
+    (a copy captures its own). If a capture fails, or the model changes
+    between :data:`MAX_CHANGES` calls in a row at the same input (a module
+    that sets an attribute in its forward: every call would capture), one
+    warning says so and the model runs eagerly from then on."""
 
     #: the capture (a stand-in on the CPU in the tests)
     capture = staticmethod(capture_cuda)
@@ -118,6 +130,8 @@ class GraphedInference:
         self.pool = None
         self.failure: Optional[str] = None
         self.captures = 0
+        self._last: Optional[tuple] = None  # the last call's signature
+        self._changes = 0  # calls in a row the model changed at one input
 
     def __call__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs],
@@ -127,31 +141,46 @@ class GraphedInference:
         the caller's own (copies of the graph's)."""
         if self.failure is not None:
             return forward(x)
-        key = signature(model, x)
+        key, held = signature(model, x)
+        last, self._last = self._last, (key, held)
+        changed = last is not None and last[0][:-1] == key[:-1] and \
+            last[0][-1] != key[-1]
+        self._changes = self._changes + 1 if changed else 0
+        if self._changes >= MAX_CHANGES:
+            return self._stop(
+                f'the model changed between {MAX_CHANGES + 1} calls in a '
+                f'row at the same input, so every call would capture (does '
+                f'a module set an attribute in its forward?)', forward, x)
         entry = self.graphs.get(key)
         if entry is None:
             try:
                 *entry, self.pool = self.capture(forward, x, self.pool)
             except Exception as error:  # the capture's, or the model's
-                failure = first_line(error)
-                outs = forward(x)  # the model's own error is raised alone
-                self.failure = failure
-                self.graphs.clear()
-                print_log(
-                    f'XCiT: capturing the backbone in a CUDA graph failed '
-                    f'({failure}); it runs eagerly from now on. Set '
-                    f'model.backbone.cuda_graphs=False to skip capturing.',
-                    logger='current', level=logging.WARNING)
-                return outs
+                return self._stop(f'capturing it failed '
+                                  f'({first_line(error)})', forward, x)
             self.captures += 1
-            self.graphs[key] = entry
+            self.graphs[key] = (*entry, held)
             while len(self.graphs) > MAX_GRAPHS:
                 self.graphs.popitem(last=False)
         self.graphs.move_to_end(key)
-        static, outs, replay = entry
+        static, outs, replay, _ = self.graphs[key]
         static.copy_(x)
         replay()
         return tuple(o.clone() for o in outs)
+
+    def _stop(self, reason: str, forward: Callable[[torch.Tensor], Outputs],
+              x: torch.Tensor) -> Outputs:
+        """The eager ``forward(x)``, and no graphs from now on, said once
+        (if the eager forward fails too, its error is the model's own and
+        is raised alone)."""
+        outs = forward(x)
+        self.failure = reason
+        self.graphs.clear()
+        print_log(f'XCiT: CUDA graphs of the backbone stop: {reason}; it '
+                  f'runs eagerly from now on. Set '
+                  f'model.backbone.cuda_graphs=False to skip them.',
+                  logger='current', level=logging.WARNING)
+        return outs
 
     def __deepcopy__(self, memo: Dict) -> 'GraphedInference':
         return type(self)()

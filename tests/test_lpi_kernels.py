@@ -292,6 +292,19 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     assert calls  # the block's fast path reaches LPI's kernels
 
 
+def test_kernels_are_probed_with_gradients_under_inference_mode(
+        monkeypatch):
+    """The first call that uses the kernels may come under
+    ``torch.inference_mode`` (whose tensors cannot be recorded for
+    backward): the probe of the kernels' backward still runs, and they
+    are taken."""
+    from xcit_dense.models.ops import triton_support, xca_kernels
+    monkeypatch.setattr(triton_support, '_VERDICTS', {})
+    with torch.inference_mode():
+        assert lpi_kernels.works(torch.device('cpu'), torch.float32)
+        assert xca_kernels.works(torch.device('cpu'), torch.float32)
+
+
 def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
         kernels_on_the_cpu, monkeypatch):
     """Where Triton cannot compile or run XCA's or LPI's kernels (their

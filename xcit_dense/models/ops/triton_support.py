@@ -39,8 +39,9 @@ def works(kernels: str, device: torch.device, dtype: torch.dtype,
         return verdict
     if device.type == 'cuda' and torch.cuda.is_current_stream_capturing():
         return True  # a CUDA graph's warm-up call has probed them
-    try:
-        with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+    try:  # with gradients, whatever mode the caller is in
+        with torch.inference_mode(False), torch.enable_grad(), \
+                torch.autocast(device.type, enabled=False):
             probe(device, dtype)
         verdict = True
     except Exception as error:  # Triton's compiler or the driver

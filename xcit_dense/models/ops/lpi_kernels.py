@@ -370,13 +370,13 @@ def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
                    running_var: Optional[torch.Tensor], eps: float,
                    batch: bool, factor: Optional[float],
                    group: Optional['dist.ProcessGroup']
-                   ) -> Tuple[torch.Tensor, float]:
+                   ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """The norm's (5, C) statistics (mean, 1 / std, scale, shift, variance)
-    and the count of values per channel they are of. ``batch``: from the
-    tiles' ``moments``, over every process of ``group`` where given (SyncBN:
-    each process's mean, variance and count gathered and combined), the
-    running averages moved by ``factor`` if given; else the running
-    ones."""
+    and, synchronised over ``group``, the count of values per channel they
+    are of (a tensor: no wait for the GPU). ``batch``: from the tiles'
+    ``moments``, over every process of ``group`` where given (SyncBN: each
+    process's mean, variance and count gathered and combined), the running
+    averages moved by ``factor`` if given; else the running ones."""
     stats = moments.new_empty((5, C))
     count = float(B * N)
     update = factor is not None and group is None
@@ -388,7 +388,7 @@ def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
         factor if update else 0., eps, BATCH=batch, UPDATE=update,
         BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, CHUNK=_CHUNK)
     if group is None:
-        return stats, count
+        return stats, None
     local = torch.cat([stats[0], stats[4], stats.new_full((1,), count)])
     gathered = [torch.empty_like(local)
                 for _ in range(dist.get_world_size(group))]
@@ -396,14 +396,14 @@ def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
     gathered = torch.stack(gathered)
     means, variances, counts = gathered[:, :C], gathered[:, C:2 * C], \
         gathered[:, 2 * C:]
-    count = counts.sum().item()
+    count = counts.sum()
     mean = (means * counts).sum(0) / count
     var = ((variances + (means - mean) ** 2) * counts).sum(0) / count
     if factor is not None:
         running_mean.lerp_(mean, factor)
         running_var.lerp_(var * (count / (count - 1)), factor)
     _statistics[(triton.cdiv(C, BLOCK_C),)](
-        moments, weight, bias, mean, var, stats, N, C, 1, 0, count, 0., eps,
+        moments, weight, bias, mean, var, stats, N, C, 1, 0, 1., 0., eps,
         BATCH=False, UPDATE=False, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C,
         CHUNK=_CHUNK)
     return stats, count
@@ -424,7 +424,7 @@ class _LocalInteraction(torch.autograd.Function):
         _forward[grid](y, w1, b1, y, gamma, y, a, moments, N, H, W, C,
                        tiles, GELU=True, NORMED=False, RESIDUAL=False,
                        MOMENTS=batch, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
-        stats, count = _statistics_of(moments, B, N, C, bn_weight, bn_bias,
+        stats, synced = _statistics_of(moments, B, N, C, bn_weight, bn_bias,
                                       running_mean, running_var, eps, batch,
                                       factor, group)
         dtype = residual.dtype if residual is not None else y.dtype
@@ -436,7 +436,7 @@ class _LocalInteraction(torch.autograd.Function):
                        BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
         ctx.save_for_backward(y, a, w1, b1, w2, b2, gamma, stats)
         ctx.grid = H, W, batch, residual is not None
-        ctx.sync = group, count
+        ctx.sync = group, synced
         return out
 
     @staticmethod
@@ -451,7 +451,8 @@ class _LocalInteraction(torch.autograd.Function):
         _backward[grid](dout, w2, gamma, a, stats, dz, sums2, N, H, W, C,
                         tiles, NORMED=True, BLOCK_N=BLOCK_N,
                         BLOCK_C=BLOCK_C)
-        group, count = ctx.sync
+        group, synced = ctx.sync
+        count = float(B * N)
         dw2, dw1 = torch.empty_like(w2), torch.empty_like(w1)
         db2, db1, dgamma = (b2.new_empty(C, dtype=torch.float32)
                             for _ in range(3))
@@ -466,9 +467,9 @@ class _LocalInteraction(torch.autograd.Function):
             reduced = totals.clone()
             dist.all_reduce(reduced, group=group)
             mean, rstd, scale = stats[:3]
-            beta = -scale * rstd * reduced[1] / count
+            beta = -scale * rstd * reduced[1] / synced
             coef = torch.stack([scale, beta,
-                                -scale * reduced[0] / count - beta * mean])
+                                -scale * reduced[0] / synced - beta * mean])
         dpre = torch.empty_like(dz)
         _gelu_backward[grid](dz, a, y, w1, b1, coef, dpre, N, H, W, C, tiles,
                              BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)

@@ -1,6 +1,7 @@
 import contextlib
 import gc
 import io
+import logging
 import multiprocessing
 import os
 import runpy
@@ -63,6 +64,26 @@ def run_tool_here(script, *args, env=None, cwd=None):
             sys.argv = argv
     return subprocess.CompletedProcess(sys.argv, code, out.getvalue(),
                                        err.getvalue())
+
+
+@contextlib.contextmanager
+def logged(name=None, level=None):
+    """The messages mmengine's logger receives inside the block (what
+    ``print_log(..., logger='current')`` writes): ``name``'s instance,
+    made the current one, or the current one; only ``level``'s where
+    given."""
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance() if name is None \
+        else MMLogger.get_instance(name)
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage()) \
+        if level is None or record.levelno == level else None
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
 
 
 @contextlib.contextmanager

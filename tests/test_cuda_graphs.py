@@ -14,6 +14,8 @@ import torch.nn as nn
 from xcit_dense import XCiT, fast_path
 from xcit_dense.models import cuda_graphs
 
+from conftest import logged
+
 X = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(0))
 
 
@@ -155,22 +157,14 @@ def test_outputs_are_the_callers_and_graphs_are_bounded(replays,
 def warnings_of(net, calls):
     """The eager model's outputs against ``net``'s over ``calls`` calls,
     and the warnings logged meanwhile."""
-    from mmengine.logging import MMLogger
-    records = []
-    logger = MMLogger.get_instance('test_cuda_graphs')  # the current one
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
-    try:
+    with logged('test_cuda_graphs', logging.WARNING) as messages:
         outs = [infer(net) for _ in range(calls)]
-    finally:
-        logger.removeHandler(handler)
     for out in outs:
         for o, r in zip(out, infer(eager)):
             torch.testing.assert_close(o, r, rtol=0, atol=0)
-    return [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    return messages
 
 
 def test_a_failed_capture_runs_eagerly_and_says_so_once(monkeypatch):

@@ -9,6 +9,7 @@ gradients, for every path the forward can take. Speed is measured by
 tools/benchmark.py, not here.
 """
 import copy
+import logging
 
 import pytest
 import torch
@@ -20,6 +21,8 @@ from xcit_dense import XCiT, fast_path, set_fast_path
 from xcit_dense.models.ops import onednn as kernels
 from xcit_dense.models.ops import pieces, second_moments
 from xcit_dense.models.ops.folding import fold_batchnorm
+
+from conftest import logged
 
 ATOL = 1e-4
 
@@ -441,29 +444,17 @@ def test_failed_compile_runs_eagerly_and_says_so_once(backend):
     """A compiler that fails, compiling or running its graph, never ends a
     run: the backbone returns the eager outputs, logs one warning naming
     the error and the switch, and does not try again."""
-    import logging
-
-    from mmengine.logging import MMLogger
-    records = []
-    logger = MMLogger.get_instance('test_failed_compile')  # the current one
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
     torch._dynamo.reset()
     model = randomized(compile_cfg=dict(backend=backend)).train()
     x = torch.randn(2, 3, 64, 96)
-    try:
+    with logged('test_failed_compile', logging.WARNING) as messages:
         for _ in range(2):
             outs, grads = _loss_and_grads(model, model, x)
-    finally:
-        logger.removeHandler(handler)
     ref_model = copy.deepcopy(model)
     ref_model.compile_cfg = None
     ref_outs, ref_grads = _loss_and_grads(ref_model, ref_model, x)
     assert_outputs_close(outs, ref_outs)
     assert_grads_close(grads, ref_grads)
-    messages = [r.getMessage() for r in records
-                if r.levelno == logging.WARNING]
     assert len(messages) == 1, messages
     assert 'torch.compile of the backbone failed' in messages[0]
     assert 'compile_cfg=None' in messages[0]

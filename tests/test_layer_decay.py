@@ -5,7 +5,7 @@ import re
 import pytest
 import torch.nn as nn
 
-from conftest import REPO
+from conftest import REPO, logged
 
 
 def _build(config, rate):
@@ -36,19 +36,9 @@ def _build(config, rate):
     ('configs/ade20k/sem_fpn_xcit_s24_p16_80k_ade20k.py', 24),
 ])
 def test_lr_and_weight_decay_follow_the_formula(config, depth):
-    import logging
-
-    from mmengine.logging import MMLogger
     rate = 0.75
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())
-    logger = MMLogger.get_current_instance()
-    logger.addHandler(handler)
-    try:
+    with logged() as records:
         model, wrapper, cfg = _build(config, rate)
-    finally:
-        logger.removeHandler(handler)
     base_lr = cfg.optim_wrapper.optimizer.lr
     base_wd = cfg.optim_wrapper.optimizer.weight_decay
     norms = {f'{name}.{p}' for name, m in model.named_modules()

@@ -8,6 +8,7 @@ included), without affine parameters or running statistics, SyncBN over two
 processes, fp32, fp16 and bf16; then the whole backbone with LPI on the
 kernels, what is not written for them, and kernels that fail."""
 import copy
+import logging
 import multiprocessing
 import os
 
@@ -21,6 +22,7 @@ from xcit_dense import fast_path
 from xcit_dense.models import lpi, policy
 from xcit_dense.models.ops import lpi_kernels
 
+from conftest import logged
 from test_fast_path import assert_training_matches_reference, randomized
 
 pytestmark = pytest.mark.skipif(
@@ -312,10 +314,6 @@ def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
     step runs and equals the straightforward computation, one warning per
     kernel set names the error and the switch, and the kernels are not
     tried again."""
-    import logging
-
-    from mmengine.logging import MMLogger
-
     from xcit_dense.models.ops import triton_support, xca_kernels
     monkeypatch.setattr(triton_support, '_VERDICTS', {})
     probes = []
@@ -328,22 +326,14 @@ def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
                          (lpi_kernels, 'local_interaction')):
         monkeypatch.setattr(module, 'probe', failing)
         monkeypatch.setattr(module, name, lambda *a: called.append(1))
-    records = []
-    logger = MMLogger.get_instance('test_failing_kernels')  # the current one
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger.addHandler(handler)
     model = randomized().train()
-    try:
-        with fast_path('always'):
-            for _ in range(2):
-                assert_training_matches_reference(
-                    model, torch.randn(2, 3, 48, 80))
-    finally:
-        logger.removeHandler(handler)
+    with logged('test_failing_kernels', logging.WARNING) as warned, \
+            fast_path('always'):
+        for _ in range(2):
+            assert_training_matches_reference(model,
+                                              torch.randn(2, 3, 48, 80))
     assert not called and len(probes) == 2  # once per kernel set
-    messages = sorted(r.getMessage() for r in records
-                      if r.levelno == logging.WARNING)
+    messages = sorted(warned)
     assert len(messages) == 2, messages
     assert messages[0].startswith("XCiT: the Triton kernels of LPI failed")
     assert messages[1].startswith(

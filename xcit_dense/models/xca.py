@@ -31,7 +31,7 @@ class XCA(TimmXCA):
       passes.
     * on CUDA, eagerly: the ``qkv`` and ``proj`` layers as they are, and
       between them the normalisation, attention and its product with the
-      values in two Triton kernels each way (:mod:`.ops.xca_kernels`), for
+      values in three Triton kernels each way (:mod:`.ops.xca_kernels`), for
       fp32, fp16 and bf16 with inactive attention dropout.
     """
     use_fast_path = True

@@ -1,6 +1,6 @@
 """XCA's attention core in Triton kernels, forward and backward: what XCA's
 straightforward computation does between its ``qkv`` and ``proj`` linear
-layers, in two kernels each way instead of about a dozen.
+layers, in three kernels each way instead of about a dozen.
 
 For (B, N, 3C) ``qkv`` (the ``qkv`` layer's output), each image and head,
 with q, k, v the head's (N x d) slices::
@@ -12,14 +12,18 @@ with q, k, v the head's (N x d) slices::
 which is F.normalize's cosine attention of timm's ``XCA`` (``S`` over the
 norms is the product of the normalised q and k), so the normalised q and k
 are never materialised. Forward: ``_token_products`` sums ``S`` and the
-squares over ranges of tokens, one program per range; ``_attend`` adds the
-ranges' sums, forms ``A`` and writes each tile's ``v A^T`` straight into
-the (B, N, C) layout the output projection reads. Backward: ``dA = sum_n
-dout^T v`` by the same ``_token_products``; ``_token_gradients`` adds the
-ranges' sums, takes them back through the softmax, the temperature and the
-normalisation on the d x d matrices, and writes each tile's ``dq = k dS^T +
-2 q ds_q``, ``dk = q dS + 2 k ds_k`` and ``dv = dout A`` into one (B, N,
-3C) gradient.
+squares over ranges of tokens, one program per range; ``_attention`` adds
+the ranges' sums and forms ``A``, one program per image and head;
+``_attend`` writes each tile's ``v A^T`` straight into the (B, N, C) layout
+the output projection reads. Backward: ``dA = sum_n dout^T v`` by the same
+``_token_products``; ``_score_gradients`` adds the ranges' sums and takes
+them back through the softmax, the temperature and the normalisation on
+the d x d matrices (once per image and head); ``_token_gradients`` writes
+each tile's ``dq = k dS^T + 2 q ds_q``, ``dk = q dS + 2 k ds_k`` and ``dv =
+dout A`` into one (B, N, 3C) gradient. The d x d work is done once per
+image and head, not in every tile's program: there it was repeated per
+tile, and kept so many d x d matrices live beside the tile's that the
+compiled fp32 kernels spilled registers (``tools/compile_kernels.py``).
 
 Products are accumulated in fp32 whatever the input's dtype (fp16 or bf16
 under autocast, whose dtype the output and ``qkv``'s gradient keep); fp32
@@ -36,9 +40,16 @@ from .triton_support import available, tl, triton  # noqa: F401 (available)
 
 #: F.normalize's eps on the channels' L2 norms over the tokens
 EPS = 1e-12
-#: tokens per tile, and per program of the token sums (a multiple of it)
+#: tokens per tile of the token sums, and per program of them (a multiple)
 BLOCK_N = 64
 TOKENS_PER_PROGRAM = 512
+#: tokens per tile and warps per program of ``_attend`` and
+#: ``_token_gradients``, by ``tl.dot``'s precision. IEEE fp32 products run
+#: on the CUDA cores, whose operand layouts take many more registers than
+#: the tensor cores' (TF32): at 64 tokens over 4 warps, the fp32 kernels
+#: spilled (14.7 KB per thread in the backward); 32 over 8 warps compile
+#: without local memory for sm_80 and sm_90 (``tools/compile_kernels.py``).
+TILES = {'ieee': (32, 8), 'tf32': (64, 4)}
 
 
 if triton is not None:
@@ -97,20 +108,13 @@ if triton is not None:
         return total
 
     @triton.jit
-    def _attend(qkv_ptr, prod_ptr, sq_ptr, t_ptr, out_ptr, attn_ptr,
-                gram_ptr, sqsum_ptr, N, H, D, PARTS, stride_b, stride_n,
-                stride_ob, stride_on, EPS: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                PRECISION: tl.constexpr):
-        """One program: image ``b``, head ``h`` (axis 0), one tile of tokens
-        (axis 1). Sums ``_token_products``' partial ``q^T k`` and squares,
-        forms the attention ``A`` (normalisation, temperature, softmax over
-        the key channels) and writes the tile's ``v A^T``; the first tile's
-        program also writes ``A``, ``q^T k`` and the squares, for the
-        backward."""
+    def _attention(prod_ptr, sq_ptr, t_ptr, attn_ptr, gram_ptr, sqsum_ptr,
+                   H, D, PARTS, EPS: tl.constexpr, BLOCK_D: tl.constexpr):
+        """One program per image and head: sums ``_token_products``'
+        partial ``q^T k`` and squares and forms the attention ``A``
+        (normalisation, temperature, softmax over the key channels); writes
+        ``A``, and ``q^T k`` and the squares for the backward."""
         bh = tl.program_id(0)
-        tile = tl.program_id(1)
-        b = bh // H
         h = bh % H
         rd = tl.arange(0, BLOCK_D)
         dmask = rd < D
@@ -126,11 +130,25 @@ if triton is not None:
         logits = tl.where(dmask[None, :], logits, float('-inf'))
         e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
         attn = e / tl.sum(e, axis=1)[:, None]
-        if tile == 0:
-            tl.store(attn_ptr + bh * D * D + square, attn, mask=mmask)
-            tl.store(gram_ptr + bh * D * D + square, gram, mask=mmask)
-            tl.store(sqsum_ptr + bh * 2 * D + rd, sq_q, mask=dmask)
-            tl.store(sqsum_ptr + bh * 2 * D + D + rd, sq_k, mask=dmask)
+        tl.store(attn_ptr + bh * D * D + square, attn, mask=mmask)
+        tl.store(gram_ptr + bh * D * D + square, gram, mask=mmask)
+        tl.store(sqsum_ptr + bh * 2 * D + rd, sq_q, mask=dmask)
+        tl.store(sqsum_ptr + bh * 2 * D + D + rd, sq_k, mask=dmask)
+
+    @triton.jit
+    def _attend(qkv_ptr, attn_ptr, out_ptr, N, H, D, stride_b, stride_n,
+                stride_ob, stride_on, BLOCK_N: tl.constexpr,
+                BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+        """One program: image ``b``, head ``h`` (axis 0), one tile of tokens
+        (axis 1). Writes the tile's ``v A^T``."""
+        bh = tl.program_id(0)
+        tile = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        rd = tl.arange(0, BLOCK_D)
+        dmask = rd < D
+        attn = tl.load(attn_ptr + bh * D * D + rd[:, None] * D + rd[None, :],
+                       mask=dmask[:, None] & dmask[None, :], other=0.)
         rn = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (rn < N)[:, None] & dmask[None, :]
         v = tl.load(qkv_ptr + b * stride_b + rn[:, None] * stride_n +
@@ -141,24 +159,16 @@ if triton is not None:
                  rd[None, :], out.to(out_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
-    def _token_gradients(qkv_ptr, dout_ptr, dprod_ptr, attn_ptr, gram_ptr,
-                         sq_ptr, t_ptr, dqkv_ptr, dt_ptr, N, H, D, PARTS,
-                         stride_b, stride_n, stride_db, stride_dn,
-                         EPS: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
-        """One program: image ``b``, head ``h`` (axis 0), one tile of tokens
-        (axis 1). Sums the partial ``dA = sum_n dout^T v``, takes it back
-        through the softmax, the temperature and the normalisation (to
-        ``dS``, the gradient of ``q^T k``, and ``ds_q``, ``ds_k``, those of
-        the squared norms), and writes the tile's ``dq = k dS^T + 2 q
-        ds_q``, ``dk = q dS + 2 k ds_k`` and ``dv = dout A`` into the
-        (B, N, 3C) gradient, which has ``qkv``'s strides. The first tile's
-        program also writes the temperature's gradient for its image."""
+    def _score_gradients(dprod_ptr, attn_ptr, gram_ptr, sq_ptr, t_ptr,
+                         ds_ptr, dsq_ptr, dt_ptr, H, D, PARTS,
+                         EPS: tl.constexpr, BLOCK_D: tl.constexpr):
+        """One program per image and head: sums the partial ``dA = sum_n
+        dout^T v`` and takes it back through the softmax, the temperature
+        and the normalisation; writes ``dS`` (the gradient of ``q^T k``),
+        ``ds_q`` and ``ds_k`` (those of the squared norms) and the
+        temperature's gradient from this image."""
         bh = tl.program_id(0)
-        tile = tl.program_id(1)
-        b = bh // H
         h = bh % H
-        C = H * D
         rd = tl.arange(0, BLOCK_D)
         dmask = rd < D
         mmask = dmask[:, None] & dmask[None, :]
@@ -175,10 +185,10 @@ if triton is not None:
         cosine = gram / scale
         # softmax; logits = cosine * t; cosine = gram / scale
         dlogits = attn * (dattn - tl.sum(dattn * attn, axis=1)[:, None])
-        if tile == 0:
-            tl.store(dt_ptr + bh, tl.sum(tl.sum(dlogits * cosine, axis=1),
-                                         axis=0))
-        ds = dlogits * t / scale
+        tl.store(dt_ptr + bh, tl.sum(tl.sum(dlogits * cosine, axis=1),
+                                     axis=0))
+        tl.store(ds_ptr + bh * D * D + square, dlogits * t / scale,
+                 mask=mmask)
         # scale = n_q n_k^T with n = max(sqrt(s), eps): the gradients of
         # log(n_q) and log(n_k), then d log(n) / d s = 1 / (2 s) where the
         # norm is above eps (0 where eps replaced it)
@@ -187,6 +197,31 @@ if triton is not None:
                         (2 * tl.maximum(sq_q, EPS * EPS)), 0.)
         ds_k = tl.where(tl.sqrt(sq_k) > EPS, -tl.sum(dlogscale, axis=0) /
                         (2 * tl.maximum(sq_k, EPS * EPS)), 0.)
+        tl.store(dsq_ptr + bh * 2 * D + rd, ds_q, mask=dmask)
+        tl.store(dsq_ptr + bh * 2 * D + D + rd, ds_k, mask=dmask)
+
+    @triton.jit
+    def _token_gradients(qkv_ptr, dout_ptr, attn_ptr, ds_ptr, dsq_ptr,
+                         dqkv_ptr, N, H, D, stride_b, stride_n, stride_db,
+                         stride_dn, BLOCK_N: tl.constexpr,
+                         BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+        """One program: image ``b``, head ``h`` (axis 0), one tile of tokens
+        (axis 1). Writes the tile's ``dq = k dS^T + 2 q ds_q``, ``dk = q dS
+        + 2 k ds_k`` and ``dv = dout A`` into the (B, N, 3C) gradient, which
+        has ``qkv``'s strides."""
+        bh = tl.program_id(0)
+        tile = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        C = H * D
+        rd = tl.arange(0, BLOCK_D)
+        dmask = rd < D
+        mmask = dmask[:, None] & dmask[None, :]
+        square = rd[:, None] * D + rd[None, :]
+        ds = tl.load(ds_ptr + bh * D * D + square, mask=mmask, other=0.)
+        attn = tl.load(attn_ptr + bh * D * D + square, mask=mmask, other=0.)
+        ds_q = tl.load(dsq_ptr + bh * 2 * D + rd, mask=dmask, other=0.)
+        ds_k = tl.load(dsq_ptr + bh * 2 * D + D + rd, mask=dmask, other=0.)
         rn = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (rn < N)[:, None] & dmask[None, :]
         offsets = b * stride_b + rn[:, None] * stride_n + h * D + rd[None, :]
@@ -241,7 +276,7 @@ def token_products(a: torch.Tensor, b: torch.Tensor, heads: int, d: int,
 
 
 class _Attention(torch.autograd.Function):
-    """(B, N, 3C) qkv, temperature (heads, 1, 1) -> (B, N, C), in two
+    """(B, N, 3C) qkv, temperature (heads, 1, 1) -> (B, N, C), in three
     kernels each way."""
 
     @staticmethod
@@ -254,11 +289,15 @@ class _Attention(torch.autograd.Function):
         attn, gram = (qkv.new_empty((B, heads, d, d), dtype=torch.float32)
                       for _ in range(2))
         sqsum = qkv.new_empty((B, heads, 2, d), dtype=torch.float32)
-        _attend[(B * heads, triton.cdiv(N, BLOCK_N))](
-            qkv, prod, sq, temperature, out, attn, gram, sqsum, N, heads, d,
-            prod.shape[1], qkv.stride(0), qkv.stride(1), out.stride(0),
-            out.stride(1), EPS=EPS, BLOCK_N=BLOCK_N, BLOCK_D=_block_d(d),
-            PRECISION=_precision(qkv.dtype))
+        _attention[(B * heads,)](
+            prod, sq, temperature, attn, gram, sqsum, heads, d,
+            prod.shape[1], EPS=EPS, BLOCK_D=_block_d(d))
+        precision = _precision(qkv.dtype)
+        tile, warps = TILES[precision]
+        _attend[(B * heads, triton.cdiv(N, tile))](
+            qkv, attn, out, N, heads, d, qkv.stride(0), qkv.stride(1),
+            out.stride(0), out.stride(1), BLOCK_N=tile, BLOCK_D=_block_d(d),
+            PRECISION=precision, num_warps=warps)
         ctx.save_for_backward(qkv, temperature, attn, gram, sqsum)
         ctx.heads = heads
         return out
@@ -273,13 +312,19 @@ class _Attention(torch.autograd.Function):
         dout = dout.contiguous()
         dprod, _ = token_products(dout, qkv[..., 2 * C:], heads, d,
                                   squares=False)
-        dqkv = torch.empty_like(qkv)
+        dscores = torch.empty_like(gram)
+        dsq = torch.empty_like(sqsum)
         dt = qkv.new_empty((B, heads), dtype=torch.float32)
-        _token_gradients[(B * heads, triton.cdiv(N, BLOCK_N))](
-            qkv, dout, dprod, attn, gram, sqsum, temperature, dqkv, dt, N,
-            heads, d, dprod.shape[1], qkv.stride(0), qkv.stride(1),
-            dout.stride(0), dout.stride(1), EPS=EPS, BLOCK_N=BLOCK_N,
-            BLOCK_D=_block_d(d), PRECISION=_precision(qkv.dtype))
+        _score_gradients[(B * heads,)](
+            dprod, attn, gram, sqsum, temperature, dscores, dsq, dt, heads,
+            d, dprod.shape[1], EPS=EPS, BLOCK_D=_block_d(d))
+        dqkv = torch.empty_like(qkv)
+        precision = _precision(qkv.dtype)
+        tile, warps = TILES[precision]
+        _token_gradients[(B * heads, triton.cdiv(N, tile))](
+            qkv, dout, attn, dscores, dsq, dqkv, N, heads, d, qkv.stride(0),
+            qkv.stride(1), dout.stride(0), dout.stride(1), BLOCK_N=tile,
+            BLOCK_D=_block_d(d), PRECISION=precision, num_warps=warps)
         dtemperature = dt.sum(0).to(temperature.dtype).view_as(temperature)
         return dqkv, dtemperature, None
 

@@ -36,9 +36,15 @@ import torch.nn as nn
 from . import triton_support
 from .triton_support import available, tl, triton  # noqa: F401 (available)
 
-#: tokens and channels per tile
+#: tokens and channels per tile, and warps per program of the tile kernels
+#: (``_forward``, ``_backward``, ``_gelu_backward``): over 4 warps the
+#: backward's nine taps spilled registers where the channels' count is not
+#: a multiple of 16; over 8 no tile kernel uses local memory, on sm_80 or
+#: sm_90, and at XCiT-S12's 384 channels they take 52 to 122 registers
+#: (``tools/compile_kernels.py``)
 BLOCK_N = 32
 BLOCK_C = 64
+TILE_WARPS = 8
 #: per tile of ``_backward``: 9 taps' and the bias's sums, then
 #: BatchNorm's sums of dz and dz * (a - mean) / std
 _SUMS = 12
@@ -423,7 +429,8 @@ class _LocalInteraction(torch.autograd.Function):
                               dtype=torch.float32)
         _forward[grid](y, w1, b1, y, gamma, y, a, moments, N, H, W, C,
                        tiles, GELU=True, NORMED=False, RESIDUAL=False,
-                       MOMENTS=batch, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+                       MOMENTS=batch, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C,
+                       num_warps=TILE_WARPS)
         stats, synced = _statistics_of(moments, B, N, C, bn_weight, bn_bias,
                                       running_mean, running_var, eps, batch,
                                       factor, group)
@@ -433,7 +440,7 @@ class _LocalInteraction(torch.autograd.Function):
                        residual if residual is not None else y, out, stats,
                        N, H, W, C, tiles, GELU=False, NORMED=True,
                        RESIDUAL=residual is not None, MOMENTS=False,
-                       BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+                       BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, num_warps=TILE_WARPS)
         ctx.save_for_backward(y, a, w1, b1, w2, b2, gamma, stats)
         ctx.grid = H, W, batch, residual is not None
         ctx.sync = group, synced
@@ -450,7 +457,7 @@ class _LocalInteraction(torch.autograd.Function):
         sums2 = y.new_empty((_SUMS, B * tiles, C), dtype=torch.float32)
         _backward[grid](dout, w2, gamma, a, stats, dz, sums2, N, H, W, C,
                         tiles, NORMED=True, BLOCK_N=BLOCK_N,
-                        BLOCK_C=BLOCK_C)
+                        BLOCK_C=BLOCK_C, num_warps=TILE_WARPS)
         group, synced = ctx.sync
         count = float(B * N)
         dw2, dw1 = torch.empty_like(w2), torch.empty_like(w1)
@@ -472,11 +479,12 @@ class _LocalInteraction(torch.autograd.Function):
                                 -scale * reduced[0] / synced - beta * mean])
         dpre = torch.empty_like(dz)
         _gelu_backward[grid](dz, a, y, w1, b1, coef, dpre, N, H, W, C, tiles,
-                             BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C)
+                             BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C,
+                             num_warps=TILE_WARPS)
         dy = torch.empty_like(y)
         _backward[grid](dpre, w1, gamma, y, stats, dy, sums2, N, H, W, C,
                         tiles, NORMED=False, BLOCK_N=BLOCK_N,
-                        BLOCK_C=BLOCK_C)
+                        BLOCK_C=BLOCK_C, num_warps=TILE_WARPS)
         _parameter_gradients[channels](
             sums2, B * tiles, w1, b1, gamma, stats, dw1, db1, dgamma, totals,
             coef, C, count, NORMED=False, BATCH=False, CHUNK=_CHUNK,

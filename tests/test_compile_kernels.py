@@ -62,7 +62,11 @@ def test_what_check_counts_as_a_problem():
     assert failed.problems() == ['does not compile: out of resources']
 
 
-def test_interpreted_triton_is_refused_in_one_paragraph(monkeypatch):
-    monkeypatch.setenv('TRITON_INTERPRET', '1')
+def test_bad_input_is_refused_in_one_paragraph(monkeypatch):
+    with pytest.raises(UserError, match="Unknown XCiT preset 'small'"):
+        compile_kernels.main(['--preset', 'small'])
+    with pytest.raises(UserError, match='must be positive'):
+        compile_kernels.main(['--batch', '0'])
+    monkeypatch.setenv('TRITON_INTERPRET', '1')  # as the CPU tests run
     with pytest.raises(UserError, match='without TRITON_INTERPRET=1'):
         compile_kernels.main(['--arch', '90'])

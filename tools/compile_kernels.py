@@ -290,6 +290,13 @@ def table(rows: Sequence[Row]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    from xcit_dense.models.presets import ARCH_SETTINGS
+    if args.preset not in ARCH_SETTINGS:
+        raise UserError(f'Unknown XCiT preset {args.preset!r}; allowed: '
+                        f'{", ".join(ARCH_SETTINGS)}.')
+    if min(*args.size, args.batch) < 1:
+        raise UserError(f'--size and --batch must be positive, got '
+                        f'{args.size} and {args.batch}.')
     triton = _triton()
     import torch
     torch.backends.cuda.matmul.allow_tf32 = args.tf32

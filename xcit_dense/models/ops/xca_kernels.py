@@ -21,9 +21,7 @@ them back through the softmax, the temperature and the normalisation on
 the d x d matrices (once per image and head); ``_token_gradients`` writes
 each tile's ``dq = k dS^T + 2 q ds_q``, ``dk = q dS + 2 k ds_k`` and ``dv =
 dout A`` into one (B, N, 3C) gradient. The d x d work is done once per
-image and head, not in every tile's program: there it was repeated per
-tile, and kept so many d x d matrices live beside the tile's that the
-compiled fp32 kernels spilled registers (``tools/compile_kernels.py``).
+image and head, not repeated in every tile's program.
 
 Products are accumulated in fp32 whatever the input's dtype (fp16 or bf16
 under autocast, whose dtype the output and ``qkv``'s gradient keep); fp32
@@ -46,13 +44,28 @@ TOKENS_PER_PROGRAM = 512
 #: tokens per tile and warps per program of ``_attend`` and
 #: ``_token_gradients``, by ``tl.dot``'s precision. IEEE fp32 products run
 #: on the CUDA cores, whose operand layouts take many more registers than
-#: the tensor cores' (TF32): at 64 tokens over 4 warps, the fp32 kernels
-#: spilled (14.7 KB per thread in the backward); 32 over 8 warps compile
+#: the tensor cores' (TF32): at 64 tokens over 4 warps the fp32 kernels
+#: spilled (about 15 KB per thread in the backward); 32 over 8 warps compile
 #: without local memory for sm_80 and sm_90 (``tools/compile_kernels.py``).
 TILES = {'ieee': (32, 8), 'tf32': (64, 4)}
 
 
 if triton is not None:
+
+    @triton.jit
+    def _head(H, D, BLOCK_D: tl.constexpr):
+        """This program's image and head (axis 0: ``b * H + h``): ``bh``,
+        ``b``, ``h``, the offsets of the head's ``D`` channels in a block of
+        ``BLOCK_D`` and which of them exist."""
+        bh = tl.program_id(0)
+        rd = tl.arange(0, BLOCK_D)
+        return bh, bh // H, bh % H, rd, rd < D
+
+    @triton.jit
+    def _square(rd, dmask, D):
+        """The offsets of a row-major D x D matrix over the channel block
+        ``rd``, and which of them exist."""
+        return rd[:, None] * D + rd[None, :], dmask[:, None] & dmask[None, :]
 
     @triton.jit
     def _token_products(a_ptr, b_ptr, prod_ptr, sq_ptr, N, H, D,
@@ -64,13 +77,9 @@ if triton is not None:
         tokens (axis 1). Writes ``sum_n a_n^T b_n`` (D x D) of the head's
         slices of ``a`` and ``b`` over that range and, with ``SQUARES``, the
         sums of their squares (2 x D), to its own partial slot."""
-        bh = tl.program_id(0)
+        bh, b, h, rd, dmask = _head(H, D, BLOCK_D)
         part = tl.program_id(1)
         parts = tl.num_programs(1)
-        b = bh // H
-        h = bh % H
-        rd = tl.arange(0, BLOCK_D)
-        dmask = rd < D
         a_base = a_ptr + b * stride_ab + h * D
         b_base = b_ptr + b * stride_bb + h * D
         acc = tl.zeros((BLOCK_D, BLOCK_D), dtype=tl.float32)
@@ -90,8 +99,8 @@ if triton is not None:
                 sq_a += tl.sum(a * a, axis=0)
                 sq_b += tl.sum(bt * bt, axis=0)
         slot = bh * parts + part
-        out = prod_ptr + slot * D * D + rd[:, None] * D + rd[None, :]
-        tl.store(out, acc, mask=dmask[:, None] & dmask[None, :])
+        square, mmask = _square(rd, dmask, D)
+        tl.store(prod_ptr + slot * D * D + square, acc, mask=mmask)
         if SQUARES:
             tl.store(sq_ptr + slot * 2 * D + rd, sq_a, mask=dmask)
             tl.store(sq_ptr + slot * 2 * D + D + rd, sq_b, mask=dmask)
@@ -114,12 +123,8 @@ if triton is not None:
         partial ``q^T k`` and squares and forms the attention ``A``
         (normalisation, temperature, softmax over the key channels); writes
         ``A``, and ``q^T k`` and the squares for the backward."""
-        bh = tl.program_id(0)
-        h = bh % H
-        rd = tl.arange(0, BLOCK_D)
-        dmask = rd < D
-        mmask = dmask[:, None] & dmask[None, :]
-        square = rd[:, None] * D + rd[None, :]
+        bh, _, h, rd, dmask = _head(H, D, BLOCK_D)
+        square, mmask = _square(rd, dmask, D)
         gram = _sum_parts(prod_ptr, bh * PARTS, PARTS, D * D, square, mmask)
         sq_q = _sum_parts(sq_ptr, bh * PARTS, PARTS, 2 * D, rd, dmask)
         sq_k = _sum_parts(sq_ptr, bh * PARTS, PARTS, 2 * D, D + rd, dmask)
@@ -141,14 +146,10 @@ if triton is not None:
                 BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
         """One program: image ``b``, head ``h`` (axis 0), one tile of tokens
         (axis 1). Writes the tile's ``v A^T``."""
-        bh = tl.program_id(0)
+        bh, b, h, rd, dmask = _head(H, D, BLOCK_D)
         tile = tl.program_id(1)
-        b = bh // H
-        h = bh % H
-        rd = tl.arange(0, BLOCK_D)
-        dmask = rd < D
-        attn = tl.load(attn_ptr + bh * D * D + rd[:, None] * D + rd[None, :],
-                       mask=dmask[:, None] & dmask[None, :], other=0.)
+        square, mmask = _square(rd, dmask, D)
+        attn = tl.load(attn_ptr + bh * D * D + square, mask=mmask, other=0.)
         rn = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         mask = (rn < N)[:, None] & dmask[None, :]
         v = tl.load(qkv_ptr + b * stride_b + rn[:, None] * stride_n +
@@ -167,12 +168,8 @@ if triton is not None:
         and the normalisation; writes ``dS`` (the gradient of ``q^T k``),
         ``ds_q`` and ``ds_k`` (those of the squared norms) and the
         temperature's gradient from this image."""
-        bh = tl.program_id(0)
-        h = bh % H
-        rd = tl.arange(0, BLOCK_D)
-        dmask = rd < D
-        mmask = dmask[:, None] & dmask[None, :]
-        square = rd[:, None] * D + rd[None, :]
+        bh, _, h, rd, dmask = _head(H, D, BLOCK_D)
+        square, mmask = _square(rd, dmask, D)
         dattn = _sum_parts(dprod_ptr, bh * PARTS, PARTS, D * D, square,
                            mmask)
         attn = tl.load(attn_ptr + bh * D * D + square, mask=mmask, other=0.)
@@ -209,15 +206,10 @@ if triton is not None:
         (axis 1). Writes the tile's ``dq = k dS^T + 2 q ds_q``, ``dk = q dS
         + 2 k ds_k`` and ``dv = dout A`` into the (B, N, 3C) gradient, which
         has ``qkv``'s strides."""
-        bh = tl.program_id(0)
+        bh, b, h, rd, dmask = _head(H, D, BLOCK_D)
         tile = tl.program_id(1)
-        b = bh // H
-        h = bh % H
         C = H * D
-        rd = tl.arange(0, BLOCK_D)
-        dmask = rd < D
-        mmask = dmask[:, None] & dmask[None, :]
-        square = rd[:, None] * D + rd[None, :]
+        square, mmask = _square(rd, dmask, D)
         ds = tl.load(ds_ptr + bh * D * D + square, mask=mmask, other=0.)
         attn = tl.load(attn_ptr + bh * D * D + square, mask=mmask, other=0.)
         ds_q = tl.load(dsq_ptr + bh * 2 * D + rd, mask=dmask, other=0.)

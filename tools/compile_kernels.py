@@ -126,7 +126,7 @@ def _triton():
     return triton
 
 
-def _compile_only_driver(triton, arch: int):
+def _compile_only_driver(arch: int):
     """A Triton driver for a CUDA target with no GPU behind it: kernels
     compile for ``arch``; nothing is launched (the cache hook below stops
     every launch before)."""
@@ -163,13 +163,11 @@ def _compile_only_driver(triton, arch: int):
 
 
 @contextlib.contextmanager
-def recording(triton, launches: Dict[tuple, Launch],
-              step: List[str]) -> Iterator[None]:
+def recording(launches: Dict[tuple, Launch], step: str) -> Iterator[None]:
     """Within the block every launch of a Triton kernel adds its variant to
-    ``launches`` (through Triton's ``jit_cache_hook``, which is asked
-    before each compilation) and returns without compiling or running;
-    the package's kernels take CPU tensors, as on a GPU. ``step[0]`` names
-    the step that is running."""
+    ``launches`` under ``step`` (through Triton's ``jit_cache_hook``, which
+    is asked before each compilation) and returns without compiling or
+    running; the package's kernels take CPU tensors, as on a GPU."""
     from triton import knobs
     from triton.runtime import driver
 
@@ -188,20 +186,20 @@ def recording(triton, launches: Dict[tuple, Launch],
                                  if t.startswith('*'))
         launch = Launch(
             kernel=f'{fn.module.split(".")[-1]}.{fn.name}', variant=flags,
-            step=step[0], dtype='/'.join(pointers), fn=jit,
+            step=step, dtype='/'.join(pointers), fn=jit,
             signature=signature, constants=compile['constants'],
             attrs=compile['configs'][0],
             options=dict(num_warps=compile['num_warps'],
                          num_stages=compile['num_stages'],
                          num_ctas=compile['num_ctas']))
-        launches.setdefault((step[0], launch.kernel, str(key)), launch)
+        launches.setdefault((step, launch.kernel, str(key)), launch)
         return True  # skip compiling and launching
 
     previous = knobs.runtime.jit_cache_hook, policy.KERNEL_DEVICES
     # the driver before (None until one is asked for: a machine without a
     # GPU has none Triton could create)
     previous_driver = driver._active
-    driver.set_active(_compile_only_driver(triton, 90))
+    driver.set_active(_compile_only_driver(90))
     knobs.runtime.jit_cache_hook = record
     policy.KERNEL_DEVICES = ('cpu',)
     try:
@@ -301,10 +299,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     launches: Dict[tuple, Launch] = {}
-    step = ['']
-    with recording(triton, launches, step):
-        for dtype in args.dtype:
-            step[0] = dtype
+    for dtype in args.dtype:
+        with recording(launches, dtype):
             run_model(args.preset, args.size, args.batch, dtype)
     if not launches:
         raise UserError('No Triton kernel was launched: this PyTorch has '

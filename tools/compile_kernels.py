@@ -33,7 +33,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 
-from xcit_dense.errors import UserError, XCiTDenseError  # noqa: E402
+from xcit_dense.cli import run_cli  # noqa: E402
+from xcit_dense.errors import UserError  # noqa: E402
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 #: shared memory one block may use (bytes), by compute capability (CUDA
@@ -323,8 +324,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == '__main__':
-    try:
-        sys.exit(main())
-    except XCiTDenseError as error:
-        print(error, file=sys.stderr)
-        sys.exit(2)
+    run_cli(lambda: sys.exit(main()))

@@ -21,6 +21,22 @@ REPO = Path(__file__).resolve().parents[1]
 if not torch.cuda.is_available():
     os.environ.setdefault('TRITON_INTERPRET', '1')
 
+#: the warning filters of a process started with this interpreter and the
+#: packages imported above: Python's and the packages' own, without the
+#: 'always' pytest adds for deprecation warnings
+PROCESS_WARNING_FILTERS = [
+    f for f in warnings.filters if not (
+        f[0] == 'always' and f[1] is None and f[3] is None and
+        f[2] in (DeprecationWarning, PendingDeprecationWarning))]
+
+
+def _print_warning(message, category, filename, lineno, file=None,
+                   line=None):
+    """What Python prints for a warning, on the current ``sys.stderr``
+    (pytest records warnings instead)."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename,
+                                            lineno, line))
+
 
 def run_tool(*args, cwd=None, env=None, timeout=600):
     """Run a command of the README (tools/*.py with this Python, or bash for
@@ -38,10 +54,12 @@ def run_tool(*args, cwd=None, env=None, timeout=600):
 def run_tool_here(script, *args, env=None, cwd=None):
     """A ``tools/*.py`` command run in this process: what ``run_tool``
     returns, without the 5 to 8 s of starting a Python with torch, mmdet
-    and mmseg. Trainings, tests and demos run whole; what a run leaves in
-    the process (mmengine's loggers, message hubs, visualizers and default
-    scopes, threads, random states, signal handlers, environment, working
-    directory, ``sys.path``) is put back afterwards. Commands whose process
+    and mmseg. Trainings, tests and demos run whole; warnings are printed
+    on its stderr as a new process prints them (its filters, each 'once'
+    warning once); what a run leaves in the process (mmengine's loggers,
+    message hubs, visualizers and default scopes, threads, random states,
+    signal handlers, environment, working directory, ``sys.path``) is put
+    back afterwards. Commands whose process
     itself matters (signals, several processes, shell scripts) keep
     ``run_tool``."""
     argv = sys.argv
@@ -111,10 +129,16 @@ def _process_state_restored():
     deterministic = torch.are_deterministic_algorithms_enabled()
     rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     children = set(multiprocessing.active_children())
+    once = dict(warnings.onceregistry)
     try:
         with warnings.catch_warnings():
+            warnings.filters[:] = PROCESS_WARNING_FILTERS
+            warnings.showwarning = _print_warning
+            warnings.onceregistry.clear()
             yield
     finally:
+        warnings.onceregistry.clear()
+        warnings.onceregistry.update(once)
         for cls in managers(ManagerMixin):
             for name in set(cls._instance_dict) - before.get(cls, set()):
                 instance = cls._instance_dict.pop(name)

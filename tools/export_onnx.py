@@ -48,6 +48,7 @@ from xcit_dense.deploy import (  # noqa: E402
     graph_for,
     random_input,
 )
+from xcit_dense.deploy.onnx_export import check_detector_batch  # noqa: E402
 from xcit_dense.deploy.quantization import dataset_images, export_int8  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
@@ -118,6 +119,8 @@ def main():
                         'export the whole segmentor, or --backbone-only.')
     whole_detector = scope == 'mmdet' and not (args.backbone_only or
                                                args.backbone_and_neck)
+    if whole_detector:
+        check_detector_batch(args.batch)
     if args.int8:
         if args.backbone_only or args.backbone_and_neck:
             raise UserError('--int8 quantizes a whole segmentor or detector '

@@ -27,8 +27,10 @@ def init_model(cfg, checkpoint: Optional[str], device: str = 'cpu'):
     backbone = cfg.model.get('backbone') or {}
     if checkpoint is not None and backbone.get('init_cfg'):
         backbone.init_cfg = None  # the weights come from the checkpoint
-    with warnings.catch_warnings():  # "checkpoint is None": loaded below
-        warnings.simplefilter('ignore')
+    # init_detector warns "checkpoint is None" (the weights are loaded
+    # below) after setting its own 'once' filter, which an 'ignore' filter
+    # here would not outlast: its warnings are recorded and dropped
+    with warnings.catch_warnings(record=True):
         model = init(cfg, None, device='cpu')
     dataset_meta = load_model_checkpoint(model, checkpoint) \
         if checkpoint is not None else {}

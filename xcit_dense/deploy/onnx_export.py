@@ -98,6 +98,16 @@ def random_input(batch: int, channels: int, height: int, width: int,
     return torch.randn(batch, channels, height, width, generator=gen)
 
 
+def check_detector_batch(batch: int) -> None:
+    """A whole detector is exported for ``batch`` 1 only; one paragraph
+    otherwise."""
+    if batch != 1:
+        raise UserError(f'A whole detector is exported for one image at a '
+                        f'time (its number of detections varies per image); '
+                        f'got batch {batch}. Run the file once per image, or '
+                        'export the backbone and neck for batches.')
+
+
 def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
                 width: int, dynamic: bool = False, opset: int = 18,
                 log=print, images: Sequence[torch.Tensor] = ()
@@ -109,11 +119,8 @@ def export_onnx(graph: nn.Module, path: str, batch: int, height: int,
     :class:`ExportError` (and leaves no file) when the export fails or does
     not reproduce PyTorch."""
     graph.eval()
-    if isinstance(graph, DetectorGraph) and batch != 1:
-        raise UserError(f'A whole detector is exported for one image at a '
-                        f'time (its number of detections varies per image); '
-                        f'got batch {batch}. Run the file once per image, or '
-                        'export the backbone and neck for batches.')
+    if isinstance(graph, DetectorGraph):
+        check_detector_batch(batch)
     with unverified_file(path, '.onnx') as partial:
         _export(graph, partial, example_input(graph, batch, height, width),
                 dynamic, opset)

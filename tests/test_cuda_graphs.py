@@ -113,11 +113,39 @@ def test_a_changed_model_is_captured_anew(replays, monkeypatch):
     ]
     captures = net.graphs.captures
     for i, change in enumerate(changes):
+        old = [p.data_ptr() for p in net.parameters()]
         change()
-        infer(net)
+        out = infer(net)  # the last graph launched first, its outputs dropped
         expected = captures + (i < len(changes) - 1)
         assert net.graphs.captures == expected, i
         captures = expected
+        net.cuda_graphs = False
+        for o, ref in zip(out, infer(net)):  # the changed model's
+            torch.testing.assert_close(o, ref, rtol=0, atol=0)
+        net.cuda_graphs = True
+        # each graph holds the memory it reads, whatever was freed since
+        held = {s.data_ptr() for g in net.graphs.graphs.values()
+                for s in g[-1][1]}
+        assert set(old) <= held, i
+
+
+def test_the_model_is_looked_at_while_the_last_graph_replays(
+        replays, monkeypatch):
+    """The graph last used for an input is launched before the model's
+    fingerprint is taken (on a GPU, the CPU's walk over the modules runs
+    while the GPU replays)."""
+    order = []
+    fingerprint = cuda_graphs.fingerprint
+
+    def logged_fingerprint(model):
+        order.append(len(replays))  # replays launched before each look
+        return fingerprint(model)
+    monkeypatch.setattr(cuda_graphs, 'fingerprint', logged_fingerprint)
+    net = model()
+    for _ in range(3):
+        infer(net)
+    assert order == [0, 2, 3] and len(replays) == 3
+    assert net.graphs.captures == 1
 
 
 def test_only_inference_is_graphed(replays):

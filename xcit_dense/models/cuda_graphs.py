@@ -9,6 +9,10 @@ the model is looked at on every call (:func:`fingerprint`: every module's
 identity, class, attributes (their identities), hooks, every parameter's
 and buffer's identity and storage), so a module replaced,
 wrapped or edited, or a parameter given new storage, is captured anew.
+That look takes the CPU a millisecond or two for XCiT-S12, so it is taken
+while the GPU replays the graph last used for the input: if the model
+changed since that graph's capture, its outputs are dropped (it reads only
+memory it holds) and the graph of the model as it is now is replayed.
 In-place updates of parameters and buffers (an optimizer step,
 ``load_state_dict``) are read by the replay itself. Only inference: eval
 mode, no gradient, not under ``torch.compile`` (whose
@@ -72,20 +76,18 @@ def fingerprint(model: nn.Module
     return tuple(parts), held
 
 
-def signature(model: nn.Module, x: torch.Tensor
-              ) -> Tuple[Tuple[Hashable, ...], List[object]]:
-    """The key of a graph: the input's shape, dtype and device, the autocast
-    state of its device, inference mode (whose tensors a later call outside
-    it could not write), the process-wide fast-path switches and the
-    model's :func:`fingerprint`; and the objects the fingerprint holds."""
+def input_key(x: torch.Tensor) -> Tuple[Hashable, ...]:
+    """What selects a graph besides the model: the input's shape, dtype and
+    device, the autocast state of its device, inference mode (whose tensors
+    a later call outside it could not write) and the process-wide fast-path
+    switches."""
     device = x.device.type
     autocast = torch.is_autocast_enabled(device) and \
         torch.get_autocast_dtype(device)
     switches = (policy.SWITCHES.fast_path, policy.SWITCHES.fused_kernels,
                 policy.SWITCHES.piece_tokens)
-    model_key, held = fingerprint(model)
     return (tuple(x.shape), x.dtype, str(x.device), autocast,
-            torch.is_inference_mode_enabled(), switches, model_key), held
+            torch.is_inference_mode_enabled(), switches)
 
 
 def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
@@ -115,7 +117,8 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
 
 
 class GraphedInference:
-    """A model's captured forwards, one per :func:`signature`, the
+    """A model's captured forwards, one per input (:func:`input_key`) and
+    model (:func:`fingerprint`), the
     :data:`MAX_GRAPHS` most recently used kept. Not copied with the model
     (a copy captures its own). If a capture fails, or the model changes
     between :data:`MAX_CHANGES` calls in a row at the same input (a module
@@ -130,21 +133,30 @@ class GraphedInference:
         self.pool = None
         self.failure: Optional[str] = None
         self.captures = 0
-        self._last: Optional[tuple] = None  # the last call's signature
+        self._latest: Dict[Hashable, Hashable] = {}  # input -> its graph
+        self._last: Optional[tuple] = None  # the last call's key
         self._changes = 0  # calls in a row the model changed at one input
 
     def __call__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs],
                  x: torch.Tensor) -> Outputs:
         """``forward(x)`` (``model``'s forward), replayed from the graph of
-        its signature, captured first if there is none; the outputs are
-        the caller's own (copies of the graph's)."""
+        its input and model, captured first if there is none; the outputs
+        are the caller's own (copies of the graph's). The graph last used
+        for this input is launched before the model is looked at (the GPU
+        runs it meanwhile) and its outputs are returned only if the model
+        is still the one it was captured from."""
         if self.failure is not None:
             return forward(x)
-        key, held = signature(model, x)
-        last, self._last = self._last, (key, held)
-        changed = last is not None and last[0][:-1] == key[:-1] and \
-            last[0][-1] != key[-1]
+        inputs = input_key(x)
+        launched = self._latest.get(inputs)
+        if launched is not None:
+            self._replay(self.graphs[launched], x)
+        model_key, held = fingerprint(model)
+        key = (*inputs, model_key)
+        last, self._last = self._last, key
+        changed = last is not None and last[:-1] == inputs and \
+            last[-1] != model_key
         self._changes = self._changes + 1 if changed else 0
         if self._changes >= MAX_CHANGES:
             return self._stop(
@@ -159,14 +171,27 @@ class GraphedInference:
                 return self._stop(f'capturing it failed '
                                   f'({first_line(error)})', forward, x)
             self.captures += 1
-            self.graphs[key] = (*entry, held)
+            # with the parameters' and buffers' memory as captured: a
+            # replay launched after the model changed reads only that
+            storages = [t.untyped_storage() for *_, tensors in held
+                        for t in tensors if t is not None]
+            entry = self.graphs[key] = (*entry, (held, storages))
             while len(self.graphs) > MAX_GRAPHS:
-                self.graphs.popitem(last=False)
+                dropped, _ = self.graphs.popitem(last=False)
+                self._latest = {i: k for i, k in self._latest.items()
+                                if k != dropped}
         self.graphs.move_to_end(key)
-        static, outs, replay, _ = self.graphs[key]
+        self._latest[inputs] = key
+        if key != launched:  # none launched, or another model's graph
+            self._replay(entry, x)
+        return tuple(o.clone() for o in entry[1])
+
+    @staticmethod
+    def _replay(entry: tuple, x: torch.Tensor) -> None:
+        """Replay a graph on ``x`` (into its static outputs)."""
+        static, _, replay, _ = entry
         static.copy_(x)
         replay()
-        return tuple(o.clone() for o in outs)
 
     def _stop(self, reason: str, forward: Callable[[torch.Tensor], Outputs],
               x: torch.Tensor) -> Outputs:
@@ -176,6 +201,7 @@ class GraphedInference:
         outs = forward(x)
         self.failure = reason
         self.graphs.clear()
+        self._latest.clear()
         print_log(f'XCiT: CUDA graphs of the backbone stop: {reason}; it '
                   f'runs eagerly from now on. Set '
                   f'model.backbone.cuda_graphs=False to skip them.',

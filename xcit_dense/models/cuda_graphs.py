@@ -3,8 +3,9 @@
 On a GPU the eager backbone is bound by kernel launches: hundreds of small
 kernels, each launched from Python. A CUDA graph captures one forward's
 kernels and replays them with one launch. The backbone's forward is captured
-once per input signature (shape, dtype, device, autocast state, inference
-mode, fast-path switches) and replayed while nothing it depends on changes;
+once per input (:func:`input_key`: shape, dtype, device, autocast state,
+inference mode, fast-path switches) and replayed while nothing it depends on
+changes;
 the model is looked at on every call (:func:`fingerprint`: every module's
 identity, class, attributes (their identities), hooks, every parameter's
 and buffer's identity and storage), so a module replaced,
@@ -118,8 +119,8 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
 
 class GraphedInference:
     """A model's captured forwards, one per input (:func:`input_key`) and
-    model (:func:`fingerprint`), the
-    :data:`MAX_GRAPHS` most recently used kept. Not copied with the model
+    model (:func:`fingerprint`), the :data:`MAX_GRAPHS` most recently used
+    kept. Not copied with the model
     (a copy captures its own). If a capture fails, or the model changes
     between :data:`MAX_CHANGES` calls in a row at the same input (a module
     that sets an attribute in its forward: every call would capture), one

@@ -75,8 +75,10 @@ def main():
     check_inputs(cfg, training=True)
     runner = build_runner(cfg)
     runner.train()
+    preempted = runner.message_hub.get_info('preempted')
+    del runner  # its DDP model lets go of the process group before it ends
     finish_distributed()
-    if runner.message_hub.get_info('preempted'):
+    if preempted:
         sys.exit(EXIT_PREEMPTED)  # checkpointed on a signal: resume later
 
 

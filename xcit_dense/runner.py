@@ -83,7 +83,10 @@ def build_runner(cfg):
 def finish_distributed() -> None:
     """Leave the process group cleanly (gloo may abort at interpreter exit
     otherwise)."""
+    import gc
+
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
+        gc.collect()  # what still holds the group (a DDP reducer) first
         dist.barrier()
         dist.destroy_process_group()

@@ -135,7 +135,7 @@ class GraphedInference:
         self.failure: Optional[str] = None
         self.captures = 0
         self._latest: Dict[Hashable, Hashable] = {}  # input -> its graph
-        self._last: Optional[tuple] = None  # the last call's key
+        self._last: Optional[tuple] = None  # the last call's key, held
         self._changes = 0  # calls in a row the model changed at one input
 
     def __call__(self, model: nn.Module,
@@ -155,9 +155,10 @@ class GraphedInference:
             self._replay(self.graphs[launched], x)
         model_key, held = fingerprint(model)
         key = (*inputs, model_key)
-        last, self._last = self._last, key
-        changed = last is not None and last[:-1] == inputs and \
-            last[-1] != model_key
+        # the last call's key, and the objects behind its identities
+        last, self._last = self._last, (key, held)
+        changed = last is not None and last[0][:-1] == inputs and \
+            last[0][-1] != model_key
         self._changes = self._changes + 1 if changed else 0
         if self._changes >= MAX_CHANGES:
             return self._stop(

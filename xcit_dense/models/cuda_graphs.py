@@ -134,7 +134,6 @@ class GraphedInference:
         self.pool = None
         self.failure: Optional[str] = None
         self.captures = 0
-        self._latest: Dict[Hashable, Hashable] = {}  # input -> its graph
         self._last: Optional[tuple] = None  # the last call's key, held
         self._changes = 0  # calls in a row the model changed at one input
 
@@ -150,7 +149,9 @@ class GraphedInference:
         if self.failure is not None:
             return forward(x)
         inputs = input_key(x)
-        launched = self._latest.get(inputs)
+        # the graph last used for this input: the most recent of its keys
+        launched = next((k for k in reversed(self.graphs)
+                         if k[:-1] == inputs), None)
         if launched is not None:
             self._replay(self.graphs[launched], x)
         model_key, held = fingerprint(model)
@@ -179,11 +180,8 @@ class GraphedInference:
                         for t in tensors if t is not None]
             entry = self.graphs[key] = (*entry, (held, storages))
             while len(self.graphs) > MAX_GRAPHS:
-                dropped, _ = self.graphs.popitem(last=False)
-                self._latest = {i: k for i, k in self._latest.items()
-                                if k != dropped}
+                self.graphs.popitem(last=False)
         self.graphs.move_to_end(key)
-        self._latest[inputs] = key
         if key != launched:  # none launched, or another model's graph
             self._replay(entry, x)
         return tuple(o.clone() for o in entry[1])
@@ -203,7 +201,6 @@ class GraphedInference:
         outs = forward(x)
         self.failure = reason
         self.graphs.clear()
-        self._latest.clear()
         print_log(f'XCiT: CUDA graphs of the backbone stop: {reason}; it '
                   f'runs eagerly from now on. Set '
                   f'model.backbone.cuda_graphs=False to skip them.',

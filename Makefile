@@ -40,7 +40,8 @@ test: install
 #   tests     tests/test_cuda.py, every traceback and duration (tests.log)
 #   probe     where the time goes: each part's fast path on and off alone
 #             (policy_probe.json, the CUDA column of the policy), kernel
-#             launches against GPU time, CUDA graphs and static compilation
+#             launches against GPU time, CUDA graphs (inference and training
+#             steps) and static compilation
 #             (launch_probe.jsonl)
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
 #             straightforward, default, every fast path (on CUDA: XCA's

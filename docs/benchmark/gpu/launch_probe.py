@@ -6,8 +6,10 @@ one process with CUDA events (medians after warm-up):
 * eager fp32, eager under bf16 / fp16 autocast, eager with bf16 weights;
   each with no part, XCA, LPI, or both on their Triton kernels (``triton``
   in each row: ``none``, ``xca``, ``lpi``, ``xca+lpi``);
-* the same forwards captured in a CUDA graph and replayed (the GPU's own
-  time, without Python and launch overhead);
+* the same forwards, and the training steps (fp32, bf16 and fp16
+  autocast: ``--amp`` is fp16 today), captured in a CUDA graph and replayed
+  (the GPU's own time, without Python and launch overhead: what graphing
+  would save; a step that cannot be captured records the error);
 * ``torch.compile`` with static shapes (Inductor), inference and training;
 * a profile of each eager forward: kernels launched and the sum of their
   GPU time, against the wall time.
@@ -171,7 +173,8 @@ def main():
     for triton, label, dtype in [
             (triton, label, dtype) for triton in args.triton
             for label, dtype in (('fp32', None),
-                                 ('bf16 autocast', torch.bfloat16))]:
+                                 ('bf16 autocast', torch.bfloat16),
+                                 ('fp16 autocast', torch.float16))]:
         use_kernels(model, triton)
 
         def train_step(dtype=dtype):
@@ -181,13 +184,20 @@ def main():
             model.zero_grad(set_to_none=True)
         torch.cuda.reset_peak_memory_stats()
         ms = median_ms(train_step, repeat=10)
+        peak = torch.cuda.max_memory_allocated() / 2**30
         kernels, gpu_ms = profile(
             train_step, f'train b2 {label}, Triton kernels: {triton}',
             args.out)
-        record(what='train', batch=2, precision=label, triton=triton,
-               eager_ms=ms,
-               kernels=kernels, kernel_gpu_ms=gpu_ms,
-               peak_gib=torch.cuda.max_memory_allocated() / 2**30)
+        row = dict(what='train', batch=2, precision=label, triton=triton,
+                   eager_ms=ms, kernels=kernels, kernel_gpu_ms=gpu_ms,
+                   peak_gib=peak)
+        # forward and backward in one graph (BatchNorm's statistics and the
+        # gradients are updated in place at every replay, as eagerly)
+        try:
+            row['cuda_graph_ms'] = median_ms(graphed(train_step), repeat=10)
+        except Exception as error:  # record and go on
+            row['cuda_graph_error'] = repr(error)[:300]
+        record(**row)
     if args.no_compile:
         return
     for what, mode in (('infer', None), ('infer', 'reduce-overhead'),

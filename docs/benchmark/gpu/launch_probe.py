@@ -191,8 +191,9 @@ def main():
         row = dict(what='train', batch=2, precision=label, triton=triton,
                    eager_ms=ms, kernels=kernels, kernel_gpu_ms=gpu_ms,
                    peak_gib=peak)
-        # forward and backward in one graph (BatchNorm's statistics and the
-        # gradients are updated in place at every replay, as eagerly)
+        # forward and backward in one graph: every replay recomputes the
+        # gradients into the memory of the captured ones and updates
+        # BatchNorm's running statistics, as an eager step does
         try:
             row['cuda_graph_ms'] = median_ms(graphed(train_step), repeat=10)
         except Exception as error:  # record and go on

@@ -45,9 +45,11 @@ test: install
 #             (launch_probe.jsonl)
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
 #             straightforward, default, every fast path (on CUDA: XCA's
-#             Triton kernels and the CPU-tuned paths), compiled; fp32 and
-#             AMP; inference (batch 1, 2) and training steps; then inference
-#             replayed from CUDA graphs (backbone_graphs/)
+#             Triton kernels and the CPU-tuned paths); fp32 and AMP;
+#             inference (batch 1, 2) and training steps; then inference
+#             replayed from CUDA graphs (backbone_graphs/); last the
+#             compiled backbone (backbone_compiled/), whose compilations
+#             take longest, so a step stopped at 10 minutes keeps the rest
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
 #             steps, default and with the backbone's every fast path (on
 #             CUDA its Triton kernels), against their fast_path=False
@@ -82,13 +84,15 @@ gpu-report-backbone:
 	    --models xcit_small_12_p16@reference xcit_small_12_p16 \
 	    xcit_small_12_p16@always xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp xcit_small_12_p16@always+amp \
-	    xcit_small_12_p16@compile \
 	    --batch 1 2 --modes infer train
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs --sizes 800x1344 \
 	    --models xcit_small_12_p16@reference xcit_small_12_p16@graphs \
 	    xcit_small_12_p16@always+graphs xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp+graphs xcit_small_12_p16@always+amp+graphs \
 	    --batch 1 2 --modes infer
+	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_compiled --sizes 800x1344 \
+	    --models xcit_small_12_p16@reference xcit_small_12_p16@compile \
+	    --batch 1 2 --modes infer train
 
 gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \

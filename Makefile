@@ -47,7 +47,8 @@ test: install
 #             straightforward, default, every fast path (on CUDA: XCA's
 #             Triton kernels and the CPU-tuned paths); fp32 and AMP;
 #             inference (batch 1, 2) and training steps; then inference
-#             replayed from CUDA graphs (backbone_graphs/); last the
+#             replayed from CUDA graphs (backbone_graphs/), AMP training
+#             steps too (backbone_graphs_train/); last the
 #             compiled backbone (backbone_compiled/), whose compilations
 #             take longest, so a step stopped at 10 minutes keeps the rest
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
@@ -90,6 +91,10 @@ gpu-report-backbone:
 	    xcit_small_12_p16@always+graphs xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp+graphs xcit_small_12_p16@always+amp+graphs \
 	    --batch 1 2 --modes infer
+	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs_train \
+	    --sizes 800x1344 --models xcit_small_12_p16@reference+amp \
+	    xcit_small_12_p16@amp+graphs xcit_small_12_p16@always+amp+graphs \
+	    --batch 2 --modes train
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_compiled --sizes 800x1344 \
 	    --models xcit_small_12_p16@reference xcit_small_12_p16@compile \
 	    --batch 1 2 --modes infer train

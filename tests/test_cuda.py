@@ -231,6 +231,50 @@ def test_cuda_graphs_replay_the_eager_forward(no_tf32, setting, amp):
     compare((64, 96), 3)
 
 
+@pytest.mark.parametrize('setting, amp', [(True, None),
+                                          ('always', torch.bfloat16)])
+def test_cuda_graphs_replay_eager_training_steps(no_tf32, setting, amp):
+    """``XCiT(cuda_graphs='train')``: the third step of a size is captured
+    with ``make_graphed_callables`` and replayed after; outputs, gradients
+    (in the parameters' strides), the parameters after AdamW and
+    BatchNorm's statistics are the eager steps' (the same kernels; autocast
+    to its rounding); a new size runs eagerly."""
+    from contextlib import nullcontext
+    net = randomized(cuda_graphs='train', fast_path=setting).cuda().train()
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (net, eager)]
+    tol = 1e-5 if amp is None else 2e-2
+    x = torch.randn(2, 3, 64, 96, device='cuda')
+    for i in range(5):
+        results = []
+        for model, opt in zip((net, eager), opts):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast('cuda', dtype=amp) if amp else nullcontext():
+                outs = model(x)
+            sum((o.float() * torch.linspace(-1, 1, o.numel(), device='cuda')
+                 .view_as(o)).mean() for o in outs).backward()
+            results.append(([o.detach() for o in outs], {
+                n: p.grad.clone() for n, p in model.named_parameters()
+                if p.grad is not None}))
+            for p in model.parameters():
+                if p.grad is not None:
+                    assert p.grad.stride() == p.stride()
+            opt.step()
+        (outs, grads), (ref_outs, ref_grads) = results
+        for out, ref in zip(outs, ref_outs):
+            assert out.dtype == ref.dtype and _relative(out, ref) < tol
+        assert grads.keys() == ref_grads.keys()
+        for name, grad in grads.items():
+            assert _relative(grad, ref_grads[name]) < 10 * tol, name
+        for (name, a), b in zip(net.named_buffers(), eager.buffers()):
+            assert _relative(a, b) < 10 * tol, name
+        assert net.training_graphs.captures == (i >= 2)
+    net(torch.randn(2, 3, 96, 64, device='cuda'))
+    assert net.training_graphs.captures == 1
+    assert net.training_graphs.failure is None
+
+
 @pytest.mark.parametrize('dynamic', [False, True])
 def test_compiled_backbone_matches_eager(no_tf32, dynamic):
     """Compilation, opt-in on CUDA: Inductor compiles the training graph

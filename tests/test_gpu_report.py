@@ -13,6 +13,7 @@ STEPS = {
     'probe': ('docs/benchmark/gpu/launch_probe.py', ),
     'backbone': ('xcit_small_12_p16@reference', 'xcit_small_12_p16@always+amp',
                  'backbone_graphs', 'xcit_small_12_p16@always+amp+graphs',
+                 'backbone_graphs_train',
                  'backbone_compiled', 'xcit_small_12_p16@compile'),
     'heads': ('mask_rcnn_swin_t@amp', 'mask_rcnn_xcit_s12@always+amp',
               'upernet_xcit_s12@always+amp'),

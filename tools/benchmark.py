@@ -30,8 +30,9 @@ Models:
                  policy says for the device (the default row follows it:
                  on CUDA, eager, the straightforward computation);
       compile    ``compile_cfg=True`` (torch.compile, Inductor);
-      graphs     ``cuda_graphs=True``: inference on CUDA replayed from a CUDA
-                 graph per input shape (training rows as without it);
+      graphs     ``cuda_graphs='train'``: inference and training steps on
+                 CUDA replayed from a CUDA graph per input shape (a training
+                 step from its third call: give --warmup 3 or more);
       bf16       ``autocast_dtype='bfloat16'`` (float16 on CUDA): the
                  backbone under autocast, fp32 maps out; the output
                  difference to fp32 is reported;

@@ -16,7 +16,7 @@ def build_backbone(base: str, variants: set, device: str):
                     autocast_dtype=amp_dtype if 'bf16' in variants else None,
                     fast_path=False if 'reference' in variants else
                     'always' if 'always' in variants else True,
-                    cuda_graphs='graphs' in variants)
+                    cuda_graphs='train' if 'graphs' in variants else False)
     if base in ('swin_t', 'r50'):
         from ..toolkits import use_toolkit
         models = use_toolkit('mmdet').MODELS

@@ -29,7 +29,7 @@ from ..errors import first_line
 from ..registry import MODELS
 from . import cuda_graphs
 from .block import XCABlock
-from .cuda_graphs import GraphedInference
+from .cuda_graphs import GraphedInference, GraphedTraining
 from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
 from .policy import check_setting as check_fast_path_setting
 from .policy import compile_options
@@ -109,13 +109,18 @@ class XCiT(BaseModule):
             ``'always'``: wherever it can run; ``False``: the
             straightforward computation everywhere, with the same parameters
             and, in fp32, the same outputs to 1e-4. Defaults to True.
-        cuda_graphs (bool): Inference on CUDA (eval mode, no gradient,
-            eager) replayed from a CUDA graph captured per input shape,
-            dtype and autocast state (:mod:`.cuda_graphs`): one launch
-            instead of hundreds. The model is looked at on every call and a
-            change to it (a module replaced or edited, a parameter with new
-            storage) is captured anew; the 8 most recently used graphs are
-            kept. Not yet measured on a GPU. Defaults to False.
+        cuda_graphs (bool | str): ``True``: inference on CUDA (eval mode,
+            no gradient, eager) replayed from a CUDA graph captured per
+            input shape, dtype and autocast state (:mod:`.cuda_graphs`): one
+            launch instead of hundreds. The model is looked at on every call
+            and a change to it (a module replaced or edited, a parameter
+            with new storage) is captured anew; the 8 most recently used
+            graphs are kept. ``'train'``: training steps too, forward and
+            backward, for inputs seen 3 times (fixed-size crops; the rare
+            sizes of multi-scale training run eagerly), the 2 most recently
+            used kept, each holding one step's activations; not with
+            ``with_cp`` or SyncBN between processes. Not yet measured on a
+            GPU. Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see
@@ -147,7 +152,7 @@ class XCiT(BaseModule):
                  compile_cfg: Union[bool, str, dict, None] = None,
                  autocast_dtype: Optional[str] = None,
                  fast_path: Union[bool, str] = True,
-                 cuda_graphs: bool = False,
+                 cuda_graphs: Union[bool, str] = False,
                  init_cfg: Optional[dict] = None):
         settings = resolve_arch(
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
@@ -167,6 +172,7 @@ class XCiT(BaseModule):
         self.compile_failure: Optional[str] = None
         self.cuda_graphs = cuda_graphs
         self.graphs = GraphedInference()
+        self.training_graphs = GraphedTraining()
 
         self.patch_embed = ConvPatchEmbed(
             patch_size=self.patch_size, in_chans=in_channels, embed_dim=dim,
@@ -235,6 +241,9 @@ class XCiT(BaseModule):
         if options is None or torch.compiler.is_compiling():
             if self.cuda_graphs and cuda_graphs.applies(self, x):
                 return self.graphs(self, self._forward_pyramid, x)
+            if self.cuda_graphs == 'train' and \
+                    cuda_graphs.applies_to_training(self, x):
+                return self.training_graphs(self, self._forward_pyramid, x)
             return self._forward_pyramid(x)
         compiled = self.__dict__.get('_compiled_forward')
         if compiled is None:  # compiled lazily, on the first call

@@ -15,11 +15,19 @@ while the GPU replays the graph last used for the input: if the model
 changed since that graph's capture, its outputs are dropped (it reads only
 memory it holds) and the graph of the model as it is now is replayed.
 In-place updates of parameters and buffers (an optimizer step,
-``load_state_dict``) are read by the replay itself. Only inference: eval
-mode, no gradient, not under ``torch.compile`` (whose
-``mode='reduce-overhead'`` graphs its own).
+``load_state_dict``) are read by the replay itself. Inference: eval mode,
+no gradient, not under ``torch.compile`` (whose ``mode='reduce-overhead'``
+graphs its own).
+
+Training steps (``XCiT(cuda_graphs='train')``, :class:`GraphedTraining`):
+the forward and its backward of an input seen :data:`MIN_REPEATS` times
+(fixed-size crops, a padded size that recurs; the rare sizes of multi-scale
+training run eagerly) are captured with ``torch.cuda.make_graphed_callables``
+and replayed as one autograd node whose gradients reach the parameters as
+an eager backward's do (DistributedDataParallel's hooks included).
 """
 import logging
+import weakref
 from collections import OrderedDict
 from typing import Callable, Dict, Hashable, List, Optional, Tuple
 
@@ -39,6 +47,11 @@ MAX_GRAPHS = 8
 #: calls in a row with the model changed at the same input after which the
 #: graphs stop
 MAX_CHANGES = 3
+#: training steps: times an input (and model) must have been seen before
+#: its step is captured, and the graphs kept (each holds one step's
+#: activations in a memory pool of its own)
+MIN_REPEATS = 3
+MAX_TRAINING_GRAPHS = 2
 
 Outputs = Tuple[torch.Tensor, ...]
 
@@ -49,6 +62,16 @@ def applies(model: nn.Module, x: torch.Tensor) -> bool:
     outside another capture."""
     return x.device.type in DEVICES and not model.training and \
         not torch.is_grad_enabled() and \
+        not torch.compiler.is_compiling() and \
+        not (x.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def applies_to_training(model: nn.Module, x: torch.Tensor) -> bool:
+    """``model(x)`` is a training forward whose step may be replayed: a
+    device of :data:`DEVICES`, training mode, gradients enabled, outside
+    ``torch.compile`` and outside another capture."""
+    return x.device.type in DEVICES and model.training and \
+        torch.is_grad_enabled() and \
         not torch.compiler.is_compiling() and \
         not (x.is_cuda and torch.cuda.is_current_stream_capturing())
 
@@ -117,7 +140,21 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
     return static, tuple(outs), graph.replay, graph.pool()
 
 
-class GraphedInference:
+class _NotCopied:
+    """Graphs belong to the model object that captured them: a copy of the
+    model (``deepcopy``, pickling) starts with none and captures its own."""
+
+    def __deepcopy__(self, memo: Dict) -> '_NotCopied':
+        return type(self)()
+
+    def __getstate__(self) -> Dict:
+        return {}
+
+    def __setstate__(self, state: Dict) -> None:
+        self.__init__()
+
+
+class GraphedInference(_NotCopied):
     """A model's captured forwards, one per input (:func:`input_key`) and
     model (:func:`fingerprint`), the :data:`MAX_GRAPHS` most recently used
     kept. Not copied with the model
@@ -207,11 +244,135 @@ class GraphedInference:
                   logger='current', level=logging.WARNING)
         return outs
 
-    def __deepcopy__(self, memo: Dict) -> 'GraphedInference':
-        return type(self)()
 
-    def __getstate__(self) -> Dict:
-        return {}
+class _Step(nn.Module):
+    """A model's forward as a module of its own, for
+    ``make_graphed_callables``, which takes a module's parameters as the
+    graph's inputs and replaces that module's ``forward``: the model's own
+    ``forward`` stays as it is."""
 
-    def __setstate__(self, state: Dict) -> None:
-        self.__init__()
+    def __init__(self, model: nn.Module,
+                 forward: Callable[[torch.Tensor], Outputs]) -> None:
+        super().__init__()
+        self.model = model
+        self.__dict__['run'] = forward  # not a module attribute
+
+    def forward(self, x: torch.Tensor) -> Outputs:
+        return tuple(self.run(x))
+
+
+def capture_training_cuda(step: nn.Module, x: torch.Tensor
+                          ) -> Callable[[torch.Tensor], Outputs]:
+    """``step``'s forward and backward on ``x`` captured by
+    ``torch.cuda.make_graphed_callables`` (after its warm-up iterations on a
+    side stream), in a memory pool of their own, autocast's cache off (it
+    would outlive the capture); returns the graphed forward."""
+    device = x.device.type
+    autocast = torch.autocast(
+        device, dtype=torch.get_autocast_dtype(device),
+        enabled=torch.is_autocast_enabled(device), cache_enabled=False)
+    with autocast:
+        return torch.cuda.make_graphed_callables(
+            step, (x.detach().clone(), ), allow_unused_input=True)
+
+
+def not_graphable(model: nn.Module) -> Optional[str]:
+    """Why ``model``'s training step cannot be captured, or None: gradient
+    checkpointing (its recomputation saves and restores random states, which
+    a capture cannot), or SyncBatchNorm between processes (collectives
+    inside a graph are not set up here)."""
+    distributed = torch.distributed.is_available() and \
+        torch.distributed.is_initialized() and \
+        torch.distributed.get_world_size() > 1
+    for module in model.modules():
+        if getattr(module, 'with_cp', False):
+            return 'gradient checkpointing (with_cp) is on'
+        if distributed and isinstance(module, nn.SyncBatchNorm):
+            return 'SyncBatchNorm synchronises between processes'
+    return None
+
+
+class GraphedTraining(_NotCopied):
+    """A model's captured training steps, one per input (:func:`input_key`)
+    and model (:func:`fingerprint`) seen :data:`MIN_REPEATS` times, the
+    :data:`MAX_TRAINING_GRAPHS` most recently used kept. A step's BatchNorm
+    statistics are as an eager step leaves them (the capture's warm-up
+    iterations are undone). A forward while the graph's previous backward
+    is still to come (two forwards before one backward) runs eagerly, as
+    the replay would overwrite what that backward needs; the outputs are
+    the caller's own (copies). If a capture fails or the model cannot be
+    captured (:func:`not_graphable`), one warning says so and training runs
+    eagerly from then on. Not copied with the model."""
+
+    #: the capture (a stand-in on the CPU in the tests)
+    capture = staticmethod(capture_training_cuda)
+
+    def __init__(self) -> None:
+        self.graphs: 'OrderedDict[Hashable, list]' = OrderedDict()
+        self.seen: 'OrderedDict[Hashable, int]' = OrderedDict()
+        self.failure: Optional[str] = None
+        self.captures = 0
+
+    def __call__(self, model: nn.Module,
+                 forward: Callable[[torch.Tensor], Outputs],
+                 x: torch.Tensor) -> Outputs:
+        """``forward(x)`` (``model``'s forward) in training: replayed from
+        the graph of its input and model, captured once the input has been
+        seen :data:`MIN_REPEATS` times, eagerly until then."""
+        if self.failure is not None:
+            return forward(x)
+        model_key, held = fingerprint(model)
+        key = (*input_key(x), x.requires_grad, model_key)
+        entry = self.graphs.get(key)
+        if entry is None:
+            self.seen[key] = self.seen.pop(key, 0) + 1
+            while len(self.seen) > 64:
+                self.seen.popitem(last=False)
+            if self.seen[key] < MIN_REPEATS:
+                return forward(x)
+            reason = not_graphable(model)
+            if reason is not None:
+                return self._stop(f'{reason}', forward, x)
+            buffers = [b.detach().clone() for b in model.buffers()]
+            try:
+                graphed = self.capture(_Step(model, forward), x)
+            except Exception as error:  # the capture's, or the model's
+                self._restore(model, buffers)
+                return self._stop(f'capturing a training step failed '
+                                  f'({first_line(error)})', forward, x)
+            self._restore(model, buffers)  # the warm-up iterations undone
+            self.captures += 1
+            del self.seen[key]
+            # [graphed forward, the last replay's autograd node, objects held]
+            entry = self.graphs[key] = [graphed, None, held]
+            while len(self.graphs) > MAX_TRAINING_GRAPHS:
+                self.graphs.popitem(last=False)
+        self.graphs.move_to_end(key)
+        if entry[1] is not None and entry[1]() is not None:
+            return forward(x)  # that replay's backward is still to come
+        outs = entry[0](x)
+        node = outs[0].grad_fn
+        if node is not None:
+            # alive until its backward has run or its outputs are gone
+            entry[1] = weakref.ref(node)
+            node.register_hook(lambda *_: entry.__setitem__(1, None))
+        return tuple(o.clone() for o in outs)
+
+    @staticmethod
+    def _restore(model: nn.Module, buffers: List[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for buffer, saved in zip(model.buffers(), buffers):
+                buffer.copy_(saved)
+
+    def _stop(self, reason: str, forward: Callable[[torch.Tensor], Outputs],
+              x: torch.Tensor) -> Outputs:
+        """The eager ``forward(x)``, and no training graphs from now on,
+        said once."""
+        outs = forward(x)
+        self.failure = reason
+        self.graphs.clear()
+        print_log(f'XCiT: CUDA graphs of the training steps stop: {reason}; '
+                  f'training runs eagerly from now on. Set '
+                  f'model.backbone.cuda_graphs=True to graph inference '
+                  f'only.', logger='current', level=logging.WARNING)
+        return outs

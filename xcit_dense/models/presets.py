@@ -85,7 +85,7 @@ def check_training_args(frozen_stages: int, last_block: int,
                         compile_cfg: Union[bool, str, dict, None],
                         autocast_dtype: Optional[str],
                         init_cfg: Optional[dict],
-                        cuda_graphs: bool = False) -> None:
+                        cuda_graphs: Union[bool, str] = False) -> None:
     """The remaining arguments of :class:`~xcit_dense.XCiT`."""
     if not -1 <= frozen_stages <= last_block + 1:
         raise ValueError(
@@ -102,10 +102,10 @@ def check_training_args(frozen_stages: int, last_block: int,
         raise ValueError(
             f'autocast_dtype must be one of {AUTOCAST_DTYPES}, got '
             f'{autocast_dtype!r}')
-    if not isinstance(cuda_graphs, bool):
-        raise ValueError(f'cuda_graphs must be True (inference on CUDA '
-                         f'replayed from CUDA graphs) or False, got '
-                         f'{cuda_graphs!r}')
+    if not isinstance(cuda_graphs, bool) and cuda_graphs != 'train':
+        raise ValueError(f"cuda_graphs must be True (inference on CUDA "
+                         f"replayed from CUDA graphs), 'train' (training "
+                         f"steps too) or False, got {cuda_graphs!r}")
     if init_cfg is not None and not isinstance(init_cfg, dict):
         raise ValueError(f'init_cfg must be a dict or None, got '
                          f'{type(init_cfg).__name__}')

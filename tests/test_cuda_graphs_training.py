@@ -1,0 +1,176 @@
+"""Training steps replayed from CUDA graphs (``XCiT(cuda_graphs='train')``,
+xcit_dense/models/cuda_graphs.py ``GraphedTraining``): when a step is
+captured, that its gradients and BatchNorm statistics are an eager step's,
+and when it runs eagerly instead. On the CPU with a stand-in for
+``torch.cuda.make_graphed_callables`` (its warm-up iterations, then one
+autograd node whose forward and backward rerun the module); a real capture
+needs CUDA: tests/test_cuda.py."""
+import copy
+
+import pytest
+import torch
+
+from xcit_dense import XCiT
+from xcit_dense.models import cuda_graphs
+
+from conftest import logged
+
+X = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """Training graphs on the CPU: a capture that runs the warm-up
+    iterations ``make_graphed_callables`` runs (forward and gradients,
+    BatchNorm statistics updated) and returns its graphed forward's
+    stand-in; returns the list of replays."""
+    monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
+    done = []
+
+    def capture(step, x):
+        params = tuple(p for p in step.parameters() if p.requires_grad)
+        for _ in range(3):
+            outs = step(x)
+            torch.autograd.grad(outs, params, [torch.ones_like(o)
+                                               for o in outs],
+                                allow_unused=True)
+
+        class Replay(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, *_):
+                done.append(tuple(x.shape))
+                with torch.enable_grad():
+                    ctx.outs = step(x.detach())
+                return tuple(o.detach() for o in ctx.outs)
+
+            @staticmethod
+            def backward(ctx, *grads):
+                got = torch.autograd.grad(ctx.outs, params, grads,
+                                          allow_unused=True)
+                return (None, *got)
+
+        return lambda x: Replay.apply(x, *params)
+    monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',
+                        staticmethod(capture))
+    return done
+
+
+def model(cuda_graphs='train', **kwargs):
+    torch.manual_seed(0)
+    return XCiT('nano_12_p16', depth=4, out_indices=(0, 1, 2, 3),
+                cuda_graphs=cuda_graphs, **kwargs).train()
+
+
+def step(net, optimizer, x=X):
+    """A training step: outputs, the parameters' gradients."""
+    optimizer.zero_grad(set_to_none=True)
+    outs = net(x)
+    sum((o * torch.linspace(-1, 1, o.numel()).view_as(o)).mean()
+        for o in outs).backward()
+    grads = {n: p.grad.clone() for n, p in net.named_parameters()
+             if p.grad is not None}
+    optimizer.step()
+    return outs, grads
+
+
+def test_steps_that_repeat_are_replayed_as_eager_steps(replays):
+    """The third step of an input is captured and replayed from then on;
+    outputs, gradients, parameters after the optimizer and BatchNorm's
+    running statistics are the eager steps' (the capture's warm-up
+    iterations leave no trace)."""
+    net, eager = model(), model(cuda_graphs=False)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.01)
+    for i in range(5):
+        outs, grads = step(net, opt)
+        ref_outs, ref_grads = step(eager, eager_opt)
+        for out, ref in zip(outs, ref_outs):
+            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+        assert grads.keys() == ref_grads.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4,
+                                       atol=1e-6, msg=name)
+        for (name, a), b in zip(net.named_buffers(), eager.buffers()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6,
+                                       msg=name)
+        assert net.training_graphs.captures == (i >= 2)
+    assert len(replays) == 3
+    # a new size is seen anew; inference is not a training step
+    step(net, opt, X[:1])
+    with torch.no_grad():
+        net.eval()(X)
+    assert len(replays) == 3 and net.training_graphs.captures == 1
+
+
+def test_a_second_forward_before_the_backward_runs_eagerly(replays):
+    """Two forwards before one backward (the replay would overwrite what
+    the first one's backward needs): the second runs eagerly, and both
+    backwards give the eager gradients; after that, replays again."""
+    net, eager = model(), model(cuda_graphs=False)
+    opt = torch.optim.SGD(net.parameters(), lr=0.0)
+    for _ in range(3):
+        step(net, opt)
+    assert len(replays) == 1
+
+    def two_forwards(m):
+        m.zero_grad(set_to_none=True)
+        a, b = m(X), m(X * 0.5)
+        (sum(o.sum() for o in a) + sum((o ** 2).sum() for o in b)
+         ).backward()
+        return {n: p.grad for n, p in m.named_parameters()
+                if p.grad is not None}
+    grads, ref = two_forwards(net), two_forwards(eager)
+    for _ in range(2):  # eager's BatchNorm statistics caught up
+        step(eager, torch.optim.SGD(eager.parameters(), lr=0.0))
+    assert len(replays) == 2  # the first of the two forwards only
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref[name], rtol=1e-4, atol=1e-6,
+                                   msg=name)
+    step(net, opt)
+    assert len(replays) == 3
+    # outputs dropped without a backward free the graph for the next step
+    net(X)
+    step(net, opt)
+    assert len(replays) == 5
+
+
+def test_what_cannot_be_captured_runs_eagerly_and_says_so_once(
+        replays, monkeypatch):
+    net = model(with_cp=True)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with logged() as messages:
+        for _ in range(4):
+            step(net, opt)
+    assert replays == [] and net.training_graphs.captures == 0
+    assert len(messages) == 1 and 'with_cp' in messages[0]
+    assert "cuda_graphs=True to graph inference only" in messages[0]
+
+    def fail(step, x):
+        raise RuntimeError('operation not permitted when stream is '
+                           'capturing')
+    monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',
+                        staticmethod(fail))
+    net, eager = model(), model(cuda_graphs=False)
+    with logged() as messages:
+        for _ in range(4):
+            outs, _ = step(net, torch.optim.SGD(net.parameters(), lr=0.0))
+    ref, _ = step(eager, torch.optim.SGD(eager.parameters(), lr=0.0))
+    assert len(messages) == 1
+    assert 'capturing a training step failed (RuntimeError: operation ' \
+        'not permitted' in messages[0]
+    for (name, a), b in zip(net.named_buffers(), eager.buffers()):
+        if name.endswith('num_batches_tracked'):
+            assert a == 4 and b == 1
+    assert net.training_graphs.failure is not None
+
+
+def test_only_train_graphs_training_steps(replays):
+    net = model(cuda_graphs=True)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    for _ in range(4):
+        step(net, opt)
+    assert replays == [] and net.training_graphs.captures == 0
+    copied = copy.deepcopy(model())
+    assert copied.training_graphs.captures == 0
+    with pytest.raises(ValueError, match="'train' \\(training steps too\\)"):
+        XCiT('nano_12_p16', cuda_graphs='training')

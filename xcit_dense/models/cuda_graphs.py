@@ -272,8 +272,9 @@ def capture_training_cuda(step: nn.Module, x: torch.Tensor
         device, dtype=torch.get_autocast_dtype(device),
         enabled=torch.is_autocast_enabled(device), cache_enabled=False)
     with autocast:
+        sample = x.detach().clone().requires_grad_(x.requires_grad)
         return torch.cuda.make_graphed_callables(
-            step, (x.detach().clone(), ), allow_unused_input=True)
+            step, (sample, ), allow_unused_input=True)
 
 
 def not_graphable(model: nn.Module) -> Optional[str]:
@@ -332,7 +333,7 @@ class GraphedTraining(_NotCopied):
                 return forward(x)
             reason = not_graphable(model)
             if reason is not None:
-                return self._stop(f'{reason}', forward, x)
+                return self._stop(reason, forward, x)
             buffers = [b.detach().clone() for b in model.buffers()]
             try:
                 graphed = self.capture(_Step(model, forward), x)

@@ -56,24 +56,25 @@ MAX_TRAINING_GRAPHS = 2
 Outputs = Tuple[torch.Tensor, ...]
 
 
-def applies(model: nn.Module, x: torch.Tensor) -> bool:
-    """``model(x)`` is inference that may be replayed: a device of
-    :data:`DEVICES`, eval mode, no gradient, outside ``torch.compile`` and
-    outside another capture."""
-    return x.device.type in DEVICES and not model.training and \
-        not torch.is_grad_enabled() and \
+def _capturable(x: torch.Tensor) -> bool:
+    """A forward on ``x`` may be captured: a device of :data:`DEVICES`,
+    outside ``torch.compile`` and outside another capture."""
+    return x.device.type in DEVICES and \
         not torch.compiler.is_compiling() and \
         not (x.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def applies(model: nn.Module, x: torch.Tensor) -> bool:
+    """``model(x)`` is inference that may be replayed: eval mode, no
+    gradient, and :func:`_capturable`."""
+    return not model.training and not torch.is_grad_enabled() and \
+        _capturable(x)
 
 
 def applies_to_training(model: nn.Module, x: torch.Tensor) -> bool:
-    """``model(x)`` is a training forward whose step may be replayed: a
-    device of :data:`DEVICES`, training mode, gradients enabled, outside
-    ``torch.compile`` and outside another capture."""
-    return x.device.type in DEVICES and model.training and \
-        torch.is_grad_enabled() and \
-        not torch.compiler.is_compiling() and \
-        not (x.is_cuda and torch.cuda.is_current_stream_capturing())
+    """``model(x)`` is a training forward whose step may be replayed:
+    training mode, gradients enabled, and :func:`_capturable`."""
+    return model.training and torch.is_grad_enabled() and _capturable(x)
 
 
 def fingerprint(model: nn.Module
@@ -140,11 +141,30 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
     return static, tuple(outs), graph.replay, graph.pool()
 
 
-class _NotCopied:
-    """Graphs belong to the model object that captured them: a copy of the
-    model (``deepcopy``, pickling) starts with none and captures its own."""
+class _Graphs:
+    """What a model's inference graphs and training graphs share: they stop
+    for good with one warning (:meth:`_stop`), and they belong to the model
+    object that captured them: a copy of the model (``deepcopy``, pickling)
+    starts with none and captures its own."""
 
-    def __deepcopy__(self, memo: Dict) -> '_NotCopied':
+    #: what stops, and how to do without it, in the warning
+    STOPPED = 'CUDA graphs of the backbone stop: {reason}; it runs eagerly'
+    REMEDY = 'model.backbone.cuda_graphs=False to skip them'
+
+    def _stop(self, reason: str, forward: Callable[[torch.Tensor], Outputs],
+              x: torch.Tensor) -> Outputs:
+        """The eager ``forward(x)``, and no graphs from now on, said once
+        (if the eager forward fails too, its error is the model's own and
+        is raised alone)."""
+        outs = forward(x)
+        self.failure = reason
+        self.graphs.clear()
+        print_log(f'XCiT: {self.STOPPED.format(reason=reason)} from now on. '
+                  f'Set {self.REMEDY}.', logger='current',
+                  level=logging.WARNING)
+        return outs
+
+    def __deepcopy__(self, memo: Dict) -> '_Graphs':
         return type(self)()
 
     def __getstate__(self) -> Dict:
@@ -154,7 +174,7 @@ class _NotCopied:
         self.__init__()
 
 
-class GraphedInference(_NotCopied):
+class GraphedInference(_Graphs):
     """A model's captured forwards, one per input (:func:`input_key`) and
     model (:func:`fingerprint`), the :data:`MAX_GRAPHS` most recently used
     kept. Not copied with the model
@@ -230,20 +250,6 @@ class GraphedInference(_NotCopied):
         static.copy_(x)
         replay()
 
-    def _stop(self, reason: str, forward: Callable[[torch.Tensor], Outputs],
-              x: torch.Tensor) -> Outputs:
-        """The eager ``forward(x)``, and no graphs from now on, said once
-        (if the eager forward fails too, its error is the model's own and
-        is raised alone)."""
-        outs = forward(x)
-        self.failure = reason
-        self.graphs.clear()
-        print_log(f'XCiT: CUDA graphs of the backbone stop: {reason}; it '
-                  f'runs eagerly from now on. Set '
-                  f'model.backbone.cuda_graphs=False to skip them.',
-                  logger='current', level=logging.WARNING)
-        return outs
-
 
 class _Step(nn.Module):
     """A model's forward as a module of its own, for
@@ -293,7 +299,7 @@ def not_graphable(model: nn.Module) -> Optional[str]:
     return None
 
 
-class GraphedTraining(_NotCopied):
+class GraphedTraining(_Graphs):
     """A model's captured training steps, one per input (:func:`input_key`)
     and model (:func:`fingerprint`) seen :data:`MIN_REPEATS` times, the
     :data:`MAX_TRAINING_GRAPHS` most recently used kept. A step's BatchNorm
@@ -305,6 +311,9 @@ class GraphedTraining(_NotCopied):
     captured (:func:`not_graphable`), one warning says so and training runs
     eagerly from then on. Not copied with the model."""
 
+    STOPPED = ('CUDA graphs of the training steps stop: {reason}; '
+               'training runs eagerly')
+    REMEDY = 'model.backbone.cuda_graphs=True to graph inference only'
     #: the capture (a stand-in on the CPU in the tests)
     capture = staticmethod(capture_training_cuda)
 
@@ -364,16 +373,3 @@ class GraphedTraining(_NotCopied):
         with torch.no_grad():
             for buffer, saved in zip(model.buffers(), buffers):
                 buffer.copy_(saved)
-
-    def _stop(self, reason: str, forward: Callable[[torch.Tensor], Outputs],
-              x: torch.Tensor) -> Outputs:
-        """The eager ``forward(x)``, and no training graphs from now on,
-        said once."""
-        outs = forward(x)
-        self.failure = reason
-        self.graphs.clear()
-        print_log(f'XCiT: CUDA graphs of the training steps stop: {reason}; '
-                  f'training runs eagerly from now on. Set '
-                  f'model.backbone.cuda_graphs=True to graph inference '
-                  f'only.', logger='current', level=logging.WARNING)
-        return outs

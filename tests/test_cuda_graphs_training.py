@@ -174,3 +174,35 @@ def test_only_train_graphs_training_steps(replays):
     assert copied.training_graphs.captures == 0
     with pytest.raises(ValueError, match="'train' \\(training steps too\\)"):
         XCiT('nano_12_p16', cuda_graphs='training')
+
+
+def test_a_replaced_module_runs_as_written(replays):
+    """A branch replaced after its step was captured runs through its own
+    forward: the steps after the replacement are an eager model's with the
+    same replacement (eager until the new model's step is seen 3 times,
+    then captured anew)."""
+    class Scaled(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            return 2 * self.inner(*args)
+
+    net, eager = model(), model(cuda_graphs=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
+    for _ in range(3):
+        for m, opt in zip((net, eager), opts):
+            step(m, opt)
+    assert net.training_graphs.captures == 1
+    for m in (net, eager):
+        m.blocks[1].mlp = Scaled(m.blocks[1].mlp)
+    for i in range(3):
+        outs, grads = step(net, opts[0])
+        ref_outs, ref_grads = step(eager, opts[1])
+        for out, ref in zip(outs, ref_outs):
+            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4,
+                                       atol=1e-6, msg=name)
+    assert net.training_graphs.captures == 2

@@ -27,11 +27,13 @@ demo-ade20k: install
 	$(PY) tools/train.py $(DEMO_ADE20K) --work-dir work_dirs/demo_ade20k
 
 # One pytest worker per core, a test file per worker at a time (its fixtures
-# shared), one thread each: two workers of two threads oversubscribe a
-# 2-core machine and OpenMP's spinning threads slow both.
+# shared), the longest files first (tests/conftest.py, LONGEST_FILES), one
+# thread each: two workers of two threads oversubscribe a 2-core machine and
+# OpenMP's spinning threads slow both.
 test: install
 	$(VENV)/bin/ruff check .
 	OMP_NUM_THREADS=1 $(PY) -m pytest tests -n auto --dist loadfile \
+	    --no-loadscope-reorder \
 	    --durations=15
 
 # On a machine with an NVIDIA GPU, in steps that each fit 10 minutes on one

@@ -200,6 +200,25 @@ def _process_state_restored():
         gc.collect()
 
 
+#: the test files that take longest, longest first (their tests' time on 2
+#: cores, docs/development.md). They run first: `make test` hands files to
+#: its workers in this order (``--no-loadscope-reorder``), the shorter files
+#: after them in the order collected, so that the workers finish together.
+LONGEST_FILES = (
+    'test_interruptions.py', 'test_export_onnx.py', 'test_export_detector.py',
+    'test_benchmark_tool.py', 'test_ade20k.py', 'test_coco_configs.py',
+    'test_heads_learn.py', 'test_lpi_kernels.py', 'test_backbone.py',
+    'test_export_rpn_ranking.py', 'test_fast_path.py', 'test_coco_tools.py',
+    'test_published_models.py', 'test_tta.py')
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files of :data:`LONGEST_FILES` first, in its order; each file's
+    tests in their own order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope='session')
 def tiny_coco(tmp_path_factory):
     """A small synthetic COCO dataset, made once per test session."""

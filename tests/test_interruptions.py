@@ -167,11 +167,14 @@ def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
 
 def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
                                                         tmp_path):
-    # the GPU recipe's AMP and SyncBN, which a CPU cannot run
+    # the GPU recipe's AMP and SyncBN, which a CPU cannot run, and the
+    # iteration-based recipes' endless sampler (the ADE20K ones')
     config = _config(tmp_path, tiny_coco, 'iter', workers=0)
     with open(config, 'a') as f:
         f.write("optim_wrapper = dict(type='AmpOptimWrapper')\n"
-                "sync_bn = 'torch'\n")
+                "sync_bn = 'torch'\n"
+                "train_dataloader.update(\n"
+                "    sampler=dict(type='InfiniteSampler', shuffle=True))\n")
     env = dict(PORT='29531')
     proc = run_tool('tools/dist_train.sh', config, 2, '--work-dir',
                     tmp_path / 'reference', env=env)
@@ -181,6 +184,7 @@ def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
     assert 'BatchNorm instead of SyncBN' in out
     assert 'Distributed launcher: pytorch' in out
     assert 'GPU number: 2' in out  # mmengine's name for the world size
+    assert 'Reach the end of the dataloader' not in out  # endless
     # LPI's channels-last convolutions hand DDP its gradients in the
     # parameters' own strides (else DDP copies them every step, and warns)
     assert 'Grad strides do not match bucket view strides' not in out

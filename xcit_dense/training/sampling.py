@@ -82,16 +82,34 @@ class ResumableBatchSampler(Sampler):
     def __init__(self, sampler, batch_size: int,
                  batch_sampler: Optional[dict] = None,
                  drop_last: bool = False, seed: int = 0, rank: int = 0):
-        if batch_sampler is None:
-            self.batch_sampler = BatchSampler(sampler, batch_size, drop_last)
-        else:
-            self.batch_sampler = DATA_SAMPLERS.build(
-                batch_sampler,
-                default_args=dict(sampler=sampler, batch_size=batch_size))
         self.sampler = sampler
         self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.batch_sampler_cfg = batch_sampler
         self.seed, self.rank = seed, rank
         self._skip = 0  # batches of the next pass to skip
+        self._epoch = None  # the last set_epoch, for a new batch sampler
+        self.batch_sampler = self._new_batch_sampler()
+
+    def _new_batch_sampler(self):
+        """The batch sampler of one pass over the sampler, built anew for
+        each pass. mmdet's ``AspectRatioBatchSampler`` keeps its part-filled
+        buckets in the instance, and the batch it yielded last until its
+        next step: a pass that stopped early (the prefetch of a dataloader
+        iterator replaced by a fresh one, as the resumable loops replace
+        mmengine's first) would hand them to the next pass, which then
+        repeats a batch, or, on an endless sampler, never yields."""
+        if self.batch_sampler_cfg is None:
+            batch_sampler = BatchSampler(self.sampler, self.batch_size,
+                                         self.drop_last)
+        else:
+            batch_sampler = DATA_SAMPLERS.build(
+                self.batch_sampler_cfg,
+                default_args=dict(sampler=self.sampler,
+                                  batch_size=self.batch_size))
+        if self._epoch is not None and hasattr(batch_sampler, 'set_epoch'):
+            batch_sampler.set_epoch(self._epoch)
+        return batch_sampler
 
     @property
     def epoch(self) -> int:
@@ -99,6 +117,7 @@ class ResumableBatchSampler(Sampler):
         return getattr(self.sampler, 'epoch', 0)
 
     def set_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
         if hasattr(self.batch_sampler, 'set_epoch'):
             self.batch_sampler.set_epoch(epoch)
         elif hasattr(self.sampler, 'set_epoch'):
@@ -110,6 +129,7 @@ class ResumableBatchSampler(Sampler):
 
     def __iter__(self) -> Iterator[List[SampleKey]]:
         epoch = self.epoch
+        self.batch_sampler = self._new_batch_sampler()
         for batch, indices in enumerate(self.batch_sampler):
             skip = self._skip > 0
             self._skip -= skip

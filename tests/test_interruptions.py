@@ -22,7 +22,9 @@ DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 def _config(tmp_path, data_root, loop, workers=2):
     """The demo on the tiny dataset (depth 4): dataloader workers, random
     flip, drop path; 6 iterations in one pass (iteration loop) or 2 epochs
-    of 4 (epoch loop), checkpoints every 2 iterations."""
+    of 4 (epoch loop), checkpoints every 2 iterations. A finite sampler in
+    both: the iteration loop restarts it after 4 iterations, as in
+    iteration-based recipes with mmdet's DefaultSampler (Mask2Former's)."""
     root = f'{data_root}/'
     train_cfg = (
         "dict(max_iters=6, val_interval=100)" if loop == 'iter' else
@@ -35,6 +37,7 @@ model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3),
                            drop_path_rate=0.1))
 train_dataloader = dict(batch_size=2, num_workers={workers},
                         persistent_workers={workers > 0},
+                        sampler=dict(type='DefaultSampler', shuffle=True),
                         dataset=dict(data_root='{root}'))
 val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                       dataset=dict(data_root='{root}'))
@@ -134,6 +137,7 @@ def test_iteration_loop_sigkill_then_resume_is_exact(uninterrupted,
                      r'.*; resuming from .*iter_2\.pth, the newest complete '
                      'one', log)
     assert 'resumed epoch: 0, iter: 2' in log
+    assert 'Reach the end of the dataloader' in log  # restarted after 4
     _assert_same_state(reference / 'iter_6.pth', work / 'iter_6.pth')
 
 
@@ -168,7 +172,7 @@ def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
 def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
                                                         tmp_path):
     # the GPU recipe's AMP and SyncBN, which a CPU cannot run, and the
-    # iteration-based recipes' endless sampler (the ADE20K ones')
+    # endless sampler of the demos and the ADE20K recipes
     config = _config(tmp_path, tiny_coco, 'iter', workers=0)
     with open(config, 'a') as f:
         f.write("optim_wrapper = dict(type='AmpOptimWrapper')\n"

@@ -25,8 +25,12 @@ demo_test_pipeline = [
          meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
                     'scale_factor')),
 ]
+# iteration-based: an endless sampler, as mmdet's iteration-based COCO
+# recipes (configs/common/ms-poly-90k_coco-instance.py) and the ADE20K demo
+# (a finite one is restarted every epoch: a warning and a 2 s pause each time)
 demo_train_dataloader = dict(
     batch_size=4, num_workers=1, persistent_workers=True,
+    sampler=dict(type='InfiniteSampler', shuffle=True),
     dataset=dict(
         data_root=demo_data_root, metainfo=demo_metainfo,
         ann_file='annotations/train.json', data_prefix=dict(img='train/'),

@@ -62,9 +62,9 @@ def infer(net, x=X):
 
 
 def test_one_capture_per_signature_then_replays(replays):
-    """A shape, dtype, autocast state, inference mode or switch seen before
-    is replayed; a new one is captured; the outputs are the eager
-    forward's."""
+    """A shape, dtype, autocast state, inference mode, TF32 setting or
+    switch seen before is replayed; a new one is captured; the outputs are
+    the eager forward's."""
     net = model()
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
@@ -87,6 +87,15 @@ def test_one_capture_per_signature_then_replays(replays):
     assert net.graphs.captures == 5
     infer(net)  # writes the no-grad graph's own input
     assert net.graphs.captures == 5
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = not tf32
+        infer(net)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    assert net.graphs.captures == 6
+    infer(net)
+    assert net.graphs.captures == 6
 
 
 def test_a_changed_model_is_captured_anew(replays, monkeypatch):

@@ -23,12 +23,15 @@ def replays(monkeypatch):
     """Training graphs on the CPU: a capture that runs the warm-up
     iterations ``make_graphed_callables`` runs (forward and gradients,
     BatchNorm statistics updated) and returns its graphed forward's
-    stand-in; returns the list of replays."""
+    stand-in, which, as the real one, computes the gradients of the
+    parameters that required them at the capture into buffers of its own
+    and returns those; returns the list of replays."""
     monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
     done = []
 
     def capture(step, x):
         params = tuple(p for p in step.parameters() if p.requires_grad)
+        buffers = [torch.zeros_like(p) for p in params]
         for _ in range(3):
             outs = step(x)
             torch.autograd.grad(outs, params, [torch.ones_like(o)
@@ -47,7 +50,11 @@ def replays(monkeypatch):
             def backward(ctx, *grads):
                 got = torch.autograd.grad(ctx.outs, params, grads,
                                           allow_unused=True)
-                return (None, *got)
+                for buffer, grad in zip(buffers, got):
+                    if grad is not None:
+                        buffer.copy_(grad)
+                return (None, *(b.detach() if g is not None else None
+                                for b, g in zip(buffers, got)))
 
         return lambda x: Replay.apply(x, *params)
     monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',
@@ -132,6 +139,55 @@ def test_a_second_forward_before_the_backward_runs_eagerly(replays):
     net(X)
     step(net, opt)
     assert len(replays) == 5
+
+
+def same_gradients(net, eager):
+    grads = {n: p.grad for n, p in net.named_parameters()
+             if p.grad is not None}
+    ref = {n: p.grad for n, p in eager.named_parameters()
+           if p.grad is not None}
+    assert grads.keys() == ref.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref[name], rtol=1e-4, atol=1e-6,
+                                   msg=name)
+
+
+def test_gradients_accumulate_as_eager_ones(replays):
+    """Two replayed backwards into ``.grad`` zeroed in place (gradient
+    accumulation, ``zero_grad(set_to_none=False)``): the sum of the two
+    steps' gradients, as eagerly, although the graph computes each into the
+    same buffers."""
+    net, eager = model(), model(cuda_graphs=False)
+    for _ in range(3):
+        for m in (net, eager):
+            step(m, torch.optim.SGD(m.parameters(), lr=0.0))
+    assert len(replays) == 1
+    for m in (net, eager):
+        m.zero_grad(set_to_none=False)
+        for scale in (1.0, 0.5):
+            sum(o.sum() for o in m(X * scale)).backward()
+    assert len(replays) == 3
+    same_gradients(net, eager)
+
+
+def test_a_parameter_unfrozen_after_the_capture_gets_its_gradient(
+        replays):
+    """A graph computes the gradients of the parameters that required them
+    at its capture: one unfrozen later is a new model, captured anew, and
+    gets its gradient meanwhile."""
+    net, eager = model(), model(cuda_graphs=False)
+    for m in (net, eager):
+        m.blocks[0].requires_grad_(False)
+    for _ in range(3):
+        for m in (net, eager):
+            step(m, torch.optim.SGD(m.parameters(), lr=0.0))
+    assert len(replays) == 1
+    for m in (net, eager):
+        m.blocks[0].requires_grad_(True)
+        step(m, torch.optim.SGD(m.parameters(), lr=0.0))
+    assert len(replays) == 1
+    assert net.blocks[0].attn.qkv.weight.grad is not None
+    same_gradients(net, eager)
 
 
 def test_what_cannot_be_captured_runs_eagerly_and_says_so_once(

@@ -8,8 +8,9 @@ inference mode, fast-path switches) and replayed while nothing it depends on
 changes;
 the model is looked at on every call (:func:`fingerprint`: every module's
 identity, class, attributes (their identities), hooks, every parameter's
-and buffer's identity and storage), so a module replaced,
-wrapped or edited, or a parameter given new storage, is captured anew.
+and buffer's identity and storage, and which parameters require gradients),
+so a module replaced, wrapped or edited, a parameter given new storage, or
+one frozen or unfrozen, is captured anew.
 That look takes the CPU a millisecond or two for XCiT-S12, so it is taken
 while the GPU replays the graph last used for the input: if the model
 changed since that graph's capture, its outputs are dropped (it reads only
@@ -24,8 +25,13 @@ the forward and its backward of an input seen :data:`MIN_REPEATS` times
 (fixed-size crops, a padded size that recurs; the rare sizes of multi-scale
 training run eagerly) are captured with ``torch.cuda.make_graphed_callables``
 and replayed as one autograd node whose gradients reach the parameters as
-an eager backward's do (DistributedDataParallel's hooks included).
+an eager backward's do (DistributedDataParallel's hooks included), as
+copies: ``make_graphed_callables`` hands out its graph's own gradient
+buffers, which autograd would make the parameters' ``.grad`` and the next
+replay would overwrite (gradients accumulated over steps, or into a
+``.grad`` zeroed in place, would come out wrong).
 """
+import functools
 import logging
 import weakref
 from collections import OrderedDict
@@ -84,7 +90,9 @@ def fingerprint(model: nn.Module
     (so an attribute set or edited, ``training`` and a function set on the
     instance among them, changes it), its hooks, and each parameter's and
     buffer's identity and storage (a new dtype, device or size is new
-    storage). Also the objects whose identities it holds: kept alive with
+    storage) and whether it requires gradients (a training step's graph
+    computes the gradients of those that did at its capture). Also the
+    objects whose identities it holds: kept alive with
     a graph, so that no new object can take one of their identities."""
     parts = [tuple(nn.modules.module._global_forward_pre_hooks),
              tuple(nn.modules.module._global_forward_hooks)]
@@ -97,22 +105,26 @@ def fingerprint(model: nn.Module
         parts.append((id(module), type(module), tuple(map(id, values)),
                       tuple(d['_forward_pre_hooks']),
                       tuple(d['_forward_hooks']), tuple(map(id, tensors)),
-                      tuple(t.data_ptr() for t in tensors if t is not None)))
+                      tuple((t.data_ptr(), t.requires_grad)
+                            for t in tensors if t is not None)))
     return tuple(parts), held
 
 
 def input_key(x: torch.Tensor) -> Tuple[Hashable, ...]:
     """What selects a graph besides the model: the input's shape, dtype and
     device, the autocast state of its device, inference mode (whose tensors
-    a later call outside it could not write) and the process-wide fast-path
-    switches."""
+    a later call outside it could not write), whether fp32 products may use
+    TF32 (cuBLAS's and cuDNN's math mode and the Triton kernels' precision
+    are fixed at capture) and the process-wide fast-path switches."""
     device = x.device.type
     autocast = torch.is_autocast_enabled(device) and \
         torch.get_autocast_dtype(device)
+    tf32 = (torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32)
     switches = (policy.SWITCHES.fast_path, policy.SWITCHES.fused_kernels,
                 policy.SWITCHES.piece_tokens)
     return (tuple(x.shape), x.dtype, str(x.device), autocast,
-            torch.is_inference_mode_enabled(), switches)
+            torch.is_inference_mode_enabled(), tf32, switches)
 
 
 def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
@@ -365,8 +377,17 @@ class GraphedTraining(_Graphs):
         if node is not None:
             # alive until its backward has run or its outputs are gone
             entry[1] = weakref.ref(node)
-            node.register_hook(lambda *_: entry.__setitem__(1, None))
+            node.register_hook(functools.partial(self._backward_done, entry))
         return tuple(o.clone() for o in outs)
+
+    @staticmethod
+    def _backward_done(entry: list, grad_inputs: Outputs,
+                       grad_outputs: Outputs) -> Outputs:
+        """After a replay's backward: the graph free for the next step, and
+        copies of the gradients it computed passed on in place of the
+        graph's buffers."""
+        entry[1] = None
+        return tuple(g if g is None else g.clone() for g in grad_inputs)
 
     @staticmethod
     def _restore(model: nn.Module, buffers: List[torch.Tensor]) -> None:

@@ -8,6 +8,7 @@ included), without affine parameters or running statistics, SyncBN over two
 processes, fp32, fp16 and bf16; then the whole backbone with LPI on the
 kernels, what is not written for them, and kernels that fail."""
 import copy
+import functools
 import logging
 import multiprocessing
 import os
@@ -219,7 +220,9 @@ def kernels_on_the_cpu(monkeypatch):
     """LPI takes its kernel path on the CPU too (probed before the tests
     count the kernels' calls)."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
-    assert lpi_kernels.works(torch.device('cpu'), torch.float32)
+    # XCiT-N12's LPI in training: 128 channels, BatchNorm on the batch
+    assert lpi_kernels.works(torch.device('cpu'), torch.float32,
+                             nn.BatchNorm2d(128), torch.float32)
 
 
 def test_backbone_on_the_kernels_matches_the_straightforward_one(
@@ -251,7 +254,8 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     computation; SyncBN takes the kernels."""
     calls = []
     monkeypatch.setattr(lpi.lpi_kernels, 'local_interaction',
-                        lambda y, H, W, c1, bn, c2, *rest: calls.append(1) or
+                        lambda y, H, W, c1, bn, c2, *_, **__:
+                        calls.append(1) or
                         straightforward(y, H, W, c1, bn, c2, 1, 0))
     x = torch.randn(1, 12, 32)
 
@@ -294,17 +298,39 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     assert calls  # the block's fast path reaches LPI's kernels
 
 
-def test_kernels_are_probed_with_gradients_under_inference_mode(
-        monkeypatch):
-    """The first call that uses the kernels may come under
-    ``torch.inference_mode`` (whose tensors cannot be recorded for
-    backward): the probe of the kernels' backward still runs, and they
-    are taken."""
+def test_kernels_are_probed_for_what_they_will_run(monkeypatch):
+    """Each variant Triton compiles is probed before it first runs, once:
+    under ``torch.inference_mode`` (whose tensors cannot be recorded for
+    backward) the forward, with gradients recorded also the backward;
+    BatchNorm on the running statistics and on the batch's, the residual's
+    dtype and the channels (LPI), the head width (XCA)."""
     from xcit_dense.models.ops import triton_support, xca_kernels
     monkeypatch.setattr(triton_support, '_VERDICTS', {})
+    probed = []
+    for module in (lpi_kernels, xca_kernels):
+        monkeypatch.setattr(module, 'probe', functools.partial(
+            lambda probe, *a, **variant: probed.append(variant) or
+            probe(*a, **variant), module.probe))
+    cpu, fp32 = torch.device('cpu'), torch.float32
+    bn = nn.BatchNorm2d(8)
+
+    def lpi_works(bn=bn, residual=fp32):
+        return lpi_kernels.works(cpu, fp32, bn, residual)
     with torch.inference_mode():
-        assert lpi_kernels.works(torch.device('cpu'), torch.float32)
-        assert xca_kernels.works(torch.device('cpu'), torch.float32)
+        assert lpi_works(bn.eval()) and xca_kernels.works(cpu, fp32, 8)
+    assert [v['backward'] for v in probed] == [False, False]
+    assert lpi_works() and xca_kernels.works(cpu, fp32, 8)
+    assert len(probed) == 4 and probed[2]['backward'] and \
+        probed[3] == dict(head_dim=8, backward=True)
+    assert lpi_works() and xca_kernels.works(cpu, fp32, 8)
+    assert len(probed) == 4  # probed already
+    assert lpi_works(bn.train()) and lpi_works(bn, torch.bfloat16) and \
+        lpi_works(nn.BatchNorm2d(16)) and xca_kernels.works(cpu, fp32, 16)
+    assert [(v.get('channels'), v.get('batch'), v.get('update'),
+             v.get('residual_dtype'), v.get('head_dim'))
+            for v in probed[4:]] == [
+        (8, True, True, fp32, None), (8, True, True, torch.bfloat16, None),
+        (16, True, True, fp32, None), (None, None, None, None, 16)]
 
 
 def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
@@ -318,7 +344,7 @@ def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
     monkeypatch.setattr(triton_support, '_VERDICTS', {})
     probes = []
 
-    def failing(device, dtype):
+    def failing(device, dtype, **variant):
         probes.append(dtype)
         raise RuntimeError('no kernel image is available for execution')
     called = []

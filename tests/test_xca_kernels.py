@@ -7,6 +7,7 @@ range, head widths not a power of two, a channel of zeros (F.normalize's
 eps), fp32, fp16 and bf16; then the whole backbone with XCA on the kernels,
 and what is not written for them."""
 import copy
+import logging
 import os
 
 import pytest
@@ -18,6 +19,7 @@ from xcit_dense import fast_path
 from xcit_dense.models import policy, xca
 from xcit_dense.models.ops import xca_kernels
 
+from conftest import logged
 from test_fast_path import assert_training_matches_reference, randomized
 
 pytestmark = pytest.mark.skipif(
@@ -105,9 +107,12 @@ def test_kernels_in_half_precision_accumulate_in_fp32(interpreted, dtype,
 @pytest.fixture
 def kernels_on_the_cpu(interpreted, monkeypatch):
     """XCA takes its kernel path on the CPU too (probed before the tests
-    count the kernels' calls)."""
+    count the kernels' calls, for fp32 heads of 16 and 32 channels with
+    gradients: XCA(32, num_heads=2)'s and XCiT-N12's)."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
-    assert xca_kernels.works(torch.device('cpu'), torch.float32)
+    for head_dim in (16, 32):
+        assert xca_kernels.works(torch.device('cpu'), torch.float32,
+                                 head_dim)
 
 
 def test_backbone_on_the_kernels_matches_the_straightforward_one(
@@ -165,3 +170,35 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     with fast_path('always'):
         model(torch.randn(1, 3, 32, 32))
     assert calls  # the block's fast path reaches XCA's kernels
+
+
+def test_kernels_are_probed_for_the_dtype_they_take(kernels_on_the_cpu,
+                                                    monkeypatch):
+    """Under autocast the qkv layer hands the kernels bf16 for fp32 tokens:
+    that dtype and head width are probed, and where that probe fails, the
+    straightforward computation runs under autocast, said once."""
+    from xcit_dense.models.ops import triton_support
+    monkeypatch.setattr(triton_support, '_VERDICTS', {})
+    probed, calls = [], []
+
+    def failing(device, dtype, **variant):
+        probed.append((dtype, variant['head_dim']))
+        raise RuntimeError('out of resource: shared memory')
+    monkeypatch.setattr(xca_kernels, 'probe', failing)
+    monkeypatch.setattr(xca_kernels, 'attention', lambda *a: calls.append(1))
+    torch.manual_seed(0)
+    attn, x = xca.XCA(48, num_heads=2), torch.randn(1, 10, 48)
+    with logged('test_probe_dtype', logging.WARNING) as warned, \
+            torch.autocast('cpu', dtype=torch.bfloat16):
+        for _ in range(2):
+            with fast_path('always'):
+                got = attn(x)
+            with fast_path(False):
+                ref = attn(x)
+            assert got.dtype == torch.bfloat16
+            torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    assert probed == [(torch.bfloat16, 24)] and not calls
+    assert len(warned) == 1 and 'for torch.bfloat16' in warned[0]
+    assert triton_support._VERDICTS[
+        ("XCA's attention", 'cpu', torch.bfloat16, (24, 'tf32', True))
+    ] is False

@@ -87,10 +87,11 @@ class LPI(TimmLPI):
         convolutions of stride 1 and padding 1 on its channels, exact GELU,
         ``nn.BatchNorm2d`` or ``nn.SyncBatchNorm`` (with more than one value
         per channel to normalise in training, else its own error is
-        raised), and a dtype the kernels are written for."""
+        raised), a dtype the kernels are written for, and kernels that
+        compile and run for it (:func:`.lpi_kernels.works`)."""
         B, N, C = x.shape
         bn = self.bn
-        dtype = self._kernel_dtype(x)
+        dtype = policy.kernel_dtype(x)
         return lpi_kernels.available() and dtype in policy.KERNEL_DTYPES and \
             all(type(c) is nn.Conv2d and c.groups == C == c.in_channels ==
                 c.out_channels and c.kernel_size == (3, 3) and
@@ -100,17 +101,7 @@ class LPI(TimmLPI):
             type(bn) in (nn.BatchNorm2d, nn.SyncBatchNorm) and \
             bn.num_features == C and \
             not ((bn.training or bn.running_mean is None) and B * N == 1) and \
-            lpi_kernels.works(x.device, dtype)
-
-    @staticmethod
-    def _kernel_dtype(y: torch.Tensor) -> torch.dtype:
-        """The dtype in which the kernels take the tokens ``y``: autocast's
-        where it is on and ``y`` is not fp64 (as the straightforward
-        convolutions take them), else theirs."""
-        if torch.is_autocast_enabled(y.device.type) and \
-                y.dtype != torch.float64:
-            return torch.get_autocast_dtype(y.device.type)
-        return y.dtype
+            lpi_kernels.works(x.device, dtype, bn, x.dtype)
 
     def _kernels(self, y: torch.Tensor, H: int, W: int,
                  gamma: Optional[torch.Tensor] = None,
@@ -119,7 +110,7 @@ class LPI(TimmLPI):
         times it, with ``residual`` plus it. Under autocast the tokens go
         in autocast's dtype, as the straightforward convolutions take
         them."""
-        y = y.to(self._kernel_dtype(y))
+        y = y.to(policy.kernel_dtype(y))
         return lpi_kernels.local_interaction(y, H, W, self.conv1, self.bn,
                                              self.conv2, gamma, residual)
 

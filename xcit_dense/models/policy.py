@@ -83,6 +83,15 @@ KERNEL_DEVICES = ('cuda',)
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def kernel_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype in which a layer takes ``x``: autocast's where it is on for
+    ``x``'s device and ``x`` is not fp64 (as autocast casts a convolution's
+    or a linear layer's input), else ``x``'s."""
+    if torch.is_autocast_enabled(x.device.type) and x.dtype != torch.float64:
+        return torch.get_autocast_dtype(x.device.type)
+    return x.dtype
+
+
 def on_kernel_device(x: torch.Tensor) -> bool:
     """``x`` is on one of :data:`KERNEL_DEVICES`, outside ``torch.compile``
     (which takes the modules' other fast paths): where a module's Triton

@@ -44,7 +44,7 @@ class XCA(TimmXCA):
         B, N, C = x.shape
         heads = self.num_heads
         qkv = self.qkv(x)
-        if path == KERNELS:
+        if path == KERNELS and self._kernels_take(qkv):
             x = xca_kernels.attention(qkv, self.temperature, heads)
         else:
             # (3, B, heads, d, N): channels of each head as rows
@@ -74,13 +74,19 @@ class XCA(TimmXCA):
             return None
         if policy.on_kernel_device(x):
             ok = xca_kernels.available() and \
-                x.dtype in policy.KERNEL_DTYPES and \
-                policy.is_inactive(self.attn_drop) and \
-                xca_kernels.works(x.device, x.dtype)
+                policy.kernel_dtype(x) in policy.KERNEL_DTYPES and \
+                policy.is_inactive(self.attn_drop)
             return KERNELS if ok else None
         if type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear:
             return SECOND_MOMENTS
         return None
+
+    def _kernels_take(self, qkv: torch.Tensor) -> bool:
+        """The kernels compute the attention of ``qkv`` as the ``qkv`` layer
+        gave it: its dtype is one they are written for, and they compile
+        and run for it and this head width (:func:`.xca_kernels.works`)."""
+        return qkv.dtype in policy.KERNEL_DTYPES and xca_kernels.works(
+            qkv.device, qkv.dtype, qkv.shape[-1] // (3 * self.num_heads))
 
     def _from_second_moments(self, x: torch.Tensor,
                              norm: Optional[nn.Module] = None,

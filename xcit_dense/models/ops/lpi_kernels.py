@@ -27,6 +27,7 @@ fp16 / bf16 under autocast); the batch variance combines the tiles' M2
 Triton compiles for CUDA; ``TRITON_INTERPRET=1`` runs the same kernels on
 CPU tensors, as the tests do.
 """
+import functools
 from typing import Optional, Tuple
 
 import torch
@@ -123,7 +124,7 @@ if triton is not None:
         BatchNorm's scale and shift read from ``stats``, plus the residual
         with RESIDUAL."""
         pid, rn, rc, cmask = _tile(tiles, C, BLOCK_N, BLOCK_C)
-        base = pid // tiles * N * C
+        base = (pid // tiles).to(tl.int64) * N * C  # a batch may pass 2^31
         if NORMED:
             scale, shift = _stats(stats_ptr, 2, rc, cmask, C)
         else:
@@ -230,7 +231,7 @@ if triton is not None:
         for each tap, of ``grad`` (the bias's) and, with NORMED, of
         ``dsrc`` and ``dsrc (src - mean) / std`` (BatchNorm's)."""
         pid, rn, rc, cmask = _tile(tiles, C, BLOCK_N, BLOCK_C)
-        base = pid // tiles * N * C
+        base = (pid // tiles).to(tl.int64) * N * C  # a batch may pass 2^31
         scale, shift = _stats(stats_ptr, 2, rc, cmask, C)
         ds = _conv3x3(grad_ptr + base, w_ptr, scale, shift, rn, rc, cmask, N,
                       H, W, C, AFFINE=False, FLIP=True, BLOCK_N=BLOCK_N,
@@ -277,7 +278,7 @@ if triton is not None:
         output: ``(alpha dz + beta a + c) GELU'(conv1(y) + bias)``, with
         BatchNorm's backward in the per-channel (alpha, beta, c)."""
         pid, rn, rc, cmask = _tile(tiles, C, BLOCK_N, BLOCK_C)
-        base = pid // tiles * N * C
+        base = (pid // tiles).to(tl.int64) * N * C  # a batch may pass 2^31
         pre = _conv3x3(y_ptr + base, w_ptr, rc, rc, rn, rc, cmask, N, H, W,
                        C, AFFINE=False, FLIP=False, BLOCK_N=BLOCK_N,
                        BLOCK_C=BLOCK_C)
@@ -544,18 +545,38 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
         bn.running_mean, bn.running_var, H, W, bn.eps, batch, factor, group)
 
 
-def probe(device: torch.device, dtype: torch.dtype) -> None:
-    """The kernels forward (BatchNorm on batch statistics) and backward on a
-    tiny input (8 channels, a 2 x 3 grid)."""
-    conv1, conv2 = (nn.Conv2d(8, 8, 3, padding=1, groups=8).to(device)
-                    for _ in range(2))
-    bn = nn.BatchNorm2d(8).to(device)
-    y = torch.randn(1, 6, 8, device=device, dtype=dtype, requires_grad=True)
-    out = local_interaction(y, 2, 3, conv1, bn, conv2)
-    torch.autograd.grad(out.float().sum(), [y, *conv1.parameters()])
+def probe(device: torch.device, dtype: torch.dtype, channels: int,
+          batch: bool, update: bool, residual_dtype: torch.dtype,
+          backward: bool) -> None:
+    """The kernels on a tiny input (``channels`` channels, a 2 x 3 grid),
+    with and without a residual of ``residual_dtype``, BatchNorm on the
+    ``batch`` statistics (or its running ones), ``update``-ing its running
+    ones; and ``backward``."""
+    conv1, conv2 = (nn.Conv2d(channels, channels, 3, padding=1,
+                              groups=channels).to(device) for _ in range(2))
+    bn = nn.BatchNorm2d(channels, track_running_stats=update or not batch)
+    bn.to(device).train(update)
+    y = torch.randn(1, 6, channels, device=device, dtype=dtype,
+                    requires_grad=backward)
+    residual = torch.randn(1, 6, channels, device=device,
+                           dtype=residual_dtype, requires_grad=backward)
+    for res in (None, residual):
+        out = local_interaction(y, 2, 3, conv1, bn, conv2, residual=res)
+        if backward:
+            torch.autograd.grad(out.float().sum(), [y, *conv1.parameters()])
 
 
-def works(device: torch.device, dtype: torch.dtype) -> bool:
-    """The kernels compile and run on ``device`` for ``dtype`` (probed once,
-    see :func:`.triton_support.works`)."""
-    return triton_support.works("LPI", device, dtype, probe)
+def works(device: torch.device, dtype: torch.dtype, bn: nn.BatchNorm2d,
+          residual_dtype: torch.dtype) -> bool:
+    """The kernels compile and run on ``device`` for ``dtype`` tokens of
+    ``bn``'s channels, normalised as ``bn`` normalises now, a residual of
+    ``residual_dtype`` or none, and gradients if they are recorded now
+    (probed once per variant, see :func:`.triton_support.works`)."""
+    batch = bn.training or bn.running_mean is None
+    update = bn.training and bn.track_running_stats
+    variant = (bn.num_features, batch, update, residual_dtype,
+               torch.is_grad_enabled())
+    return triton_support.works(
+        "LPI", device, dtype, functools.partial(
+            probe, channels=variant[0], batch=batch, update=update,
+            residual_dtype=residual_dtype, backward=variant[-1]), variant)

@@ -2,7 +2,7 @@
 work on a device: the kernels' modules import Triton from here and run only
 where :func:`available` and :func:`works` say so."""
 import logging
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Hashable, Tuple
 
 import torch
 from mmengine.logging import print_log
@@ -15,8 +15,8 @@ try:
 except ImportError:  # no Triton (a platform PyTorch ships without it)
     triton = tl = None
 
-#: (kernels, device, dtype) -> whether their probe ran
-_VERDICTS: Dict[Tuple[str, str, torch.dtype], bool] = {}
+#: (kernels, device, dtype, variant) -> whether their probe ran
+_VERDICTS: Dict[Tuple[str, str, torch.dtype, Hashable], bool] = {}
 
 
 def available() -> bool:
@@ -26,19 +26,26 @@ def available() -> bool:
 
 
 def works(kernels: str, device: torch.device, dtype: torch.dtype,
-          probe: Callable[[torch.device, torch.dtype], None]) -> bool:
+          probe: Callable[[torch.device, torch.dtype], None],
+          variant: Hashable = ()) -> bool:
     """The Triton kernels named ``kernels`` compile and run on ``device``
-    for ``dtype``: ``probe`` (their forward and backward on a tiny input)
-    runs once per device and dtype in a process. If it fails (Triton cannot
-    compile for that GPU, say), one warning names the error and the modules
-    take their straightforward computation there from then on, so that a
-    fast path never ends a run."""
-    key = (kernels, str(device), dtype)
+    for ``dtype`` and ``variant`` (what else Triton compiles them for: the
+    sizes and switches that are their compile-time constants, the dtypes of
+    their other inputs, whether their backward runs): ``probe`` (those
+    kernels on a tiny input) runs once per device, dtype and variant in a
+    process. If it fails (Triton cannot compile for that GPU, say), one
+    warning names the error and the modules take their straightforward
+    computation on that device and dtype from then on (every variant), so
+    that a fast path never ends a run."""
+    key = (kernels, str(device), dtype, variant)
     verdict = _VERDICTS.get(key)
     if verdict is not None:
         return verdict
     if device.type == 'cuda' and torch.cuda.is_current_stream_capturing():
         return True  # a CUDA graph's warm-up call has probed them
+    if any(k[:3] == key[:3] and v is False for k, v in _VERDICTS.items()):
+        _VERDICTS[key] = False  # said once: not tried again there
+        return False
     try:  # with gradients, whatever mode the caller is in
         with torch.inference_mode(False), torch.enable_grad(), \
                 torch.autocast(device.type, enabled=False):

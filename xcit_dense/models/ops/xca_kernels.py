@@ -29,6 +29,7 @@ inputs use TF32 exactly when ``torch.backends.cuda.matmul.allow_tf32``
 allows it. Triton compiles for CUDA; ``TRITON_INTERPRET=1`` (set before
 Triton is imported) runs the same kernels on CPU tensors, as the tests do.
 """
+import functools
 from typing import Tuple
 
 import torch
@@ -55,11 +56,12 @@ if triton is not None:
     @triton.jit
     def _head(H, D, BLOCK_D: tl.constexpr):
         """This program's image and head (axis 0: ``b * H + h``): ``bh``,
-        ``b``, ``h``, the offsets of the head's ``D`` channels in a block of
-        ``BLOCK_D`` and which of them exist."""
+        ``b`` (64-bit: a batch's offsets may pass 2^31), ``h``, the offsets
+        of the head's ``D`` channels in a block of ``BLOCK_D`` and which of
+        them exist."""
         bh = tl.program_id(0)
         rd = tl.arange(0, BLOCK_D)
-        return bh, bh // H, bh % H, rd, rd < D
+        return bh, (bh // H).to(tl.int64), bh % H, rd, rd < D
 
     @triton.jit
     def _square(rd, dmask, D):
@@ -329,17 +331,25 @@ def attention(qkv: torch.Tensor, temperature: torch.Tensor,
     return _Attention.apply(qkv.contiguous(), temperature, heads)
 
 
-def probe(device: torch.device, dtype: torch.dtype) -> None:
-    """The kernels forward and backward on a tiny input (two heads of 8
-    channels, 5 tokens)."""
-    qkv = torch.randn(1, 5, 48, device=device, dtype=dtype,
-                      requires_grad=True)
-    temperature = torch.ones(2, 1, 1, device=device, requires_grad=True)
+def probe(device: torch.device, dtype: torch.dtype, head_dim: int,
+          backward: bool) -> None:
+    """The kernels forward, and ``backward``, on a tiny input: two heads of
+    ``head_dim`` channels, 5 tokens."""
+    qkv = torch.randn(1, 5, 6 * head_dim, device=device, dtype=dtype,
+                      requires_grad=backward)
+    temperature = torch.ones(2, 1, 1, device=device, requires_grad=backward)
     out = attention(qkv, temperature, 2)
-    torch.autograd.grad(out.sum(), (qkv, temperature))
+    if backward:
+        torch.autograd.grad(out.float().sum(), (qkv, temperature))
 
 
-def works(device: torch.device, dtype: torch.dtype) -> bool:
-    """The kernels compile and run on ``device`` for ``dtype`` (probed once,
-    see :func:`.triton_support.works`)."""
-    return triton_support.works("XCA's attention", device, dtype, probe)
+def works(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """The kernels compile and run on ``device`` for ``dtype`` tokens, heads
+    of ``head_dim`` channels (the tiles' width), the precision of their
+    products now, and gradients if they are recorded now (probed once per
+    variant, see :func:`.triton_support.works`)."""
+    backward = torch.is_grad_enabled()
+    return triton_support.works(
+        "XCA's attention", device, dtype,
+        functools.partial(probe, head_dim=head_dim, backward=backward),
+        (head_dim, _precision(dtype), backward))

@@ -537,12 +537,14 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
     def given(t: Optional[torch.Tensor], value: float) -> torch.Tensor:
         return t if t is not None else y.new_full((C,), value,
                                                   dtype=torch.float32)
-    return _LocalInteraction.apply(
-        y.contiguous(), residual.contiguous() if residual is not None
-        else None, conv1.weight.contiguous(), given(conv1.bias, 0.),
-        conv2.weight.contiguous(), given(conv2.bias, 0.),
-        given(bn.weight, 1.), given(bn.bias, 0.), given(gamma, 1.),
-        bn.running_mean, bn.running_var, H, W, bn.eps, batch, factor, group)
+    with triton_support.on_device(y):
+        return _LocalInteraction.apply(
+            y.contiguous(), residual.contiguous() if residual is not None
+            else None, conv1.weight.contiguous(), given(conv1.bias, 0.),
+            conv2.weight.contiguous(), given(conv2.bias, 0.),
+            given(bn.weight, 1.), given(bn.bias, 0.), given(gamma, 1.),
+            bn.running_mean, bn.running_var, H, W, bn.eps, batch, factor,
+            group)
 
 
 def probe(device: torch.device, dtype: torch.dtype, channels: int,

@@ -1,8 +1,9 @@
 """Triton, where PyTorch ships it, and whether the package's Triton kernels
 work on a device: the kernels' modules import Triton from here and run only
 where :func:`available` and :func:`works` say so."""
+import contextlib
 import logging
-from typing import Callable, Dict, Hashable, Tuple
+from typing import Callable, ContextManager, Dict, Hashable, Tuple
 
 import torch
 from mmengine.logging import print_log
@@ -23,6 +24,15 @@ def available() -> bool:
     """Triton is importable (the kernels can be compiled for a GPU, or
     interpreted with ``TRITON_INTERPRET=1``)."""
     return triton is not None
+
+
+def on_device(t: torch.Tensor) -> ContextManager:
+    """``t``'s CUDA device made the current one while the kernels launch
+    (Triton launches on the current device; autograd runs a backward on its
+    tensors' device already); nothing to do elsewhere."""
+    if t.is_cuda and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
 
 
 def works(kernels: str, device: torch.device, dtype: torch.dtype,

@@ -328,7 +328,8 @@ def attention(qkv: torch.Tensor, temperature: torch.Tensor,
     """XCA's attention core: (B, N, 3C) ``qkv`` and
     the (heads, 1, 1) ``temperature`` -> the (B, N, C) attended values,
     before the output projection."""
-    return _Attention.apply(qkv.contiguous(), temperature, heads)
+    with triton_support.on_device(qkv):
+        return _Attention.apply(qkv.contiguous(), temperature, heads)
 
 
 def probe(device: torch.device, dtype: torch.dtype, head_dim: int,

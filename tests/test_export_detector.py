@@ -12,8 +12,8 @@ from xcit_dense.benchmark.builders import sharpen_classifiers
 from xcit_dense.deploy import (
     DetectorGraph,
     ExportError,
-    export_onnx,
     paste_masks,
+    verify_onnx,
 )
 from xcit_dense.deploy.detection_check import compare_detections
 
@@ -54,15 +54,24 @@ test_evaluator = dict(ann_file=data_root + 'annotations/val.json')
     return config, checkpoint, model
 
 
-def test_mask_rcnn_export_predicts_what_mmdet_predicts(tmp_path, tiny_coco,
-                                                       monkeypatch):
-    config, checkpoint, model = detector_checkpoint(tmp_path, tiny_coco)
-    out = tmp_path / 'mask_rcnn.onnx'
+@pytest.fixture(scope='module')
+def exported_detector(tmp_path_factory, tiny_coco):
+    """That detector exported by ``tools/export_onnx.py --dynamic``: its
+    config, checkpoint, model, file and the tool's output."""
+    tmp = tmp_path_factory.mktemp('mask_rcnn')
+    config, checkpoint, model = detector_checkpoint(tmp, tiny_coco)
+    out = tmp / 'mask_rcnn.onnx'
     proc = run_tool_here('tools/export_onnx.py', config, checkpoint, '--out',
                          out, '--shape', 96, 128, '--dynamic')
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return config, checkpoint, model, out, proc.stdout
+
+
+def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
+                                                       tmp_path, monkeypatch):
+    config, checkpoint, model, out, stdout = exported_detector
     # the export size, two others (--dynamic) and the test dataset's images
-    verified = next(line for line in proc.stdout.splitlines()
+    verified = next(line for line in stdout.splitlines()
                     if line.startswith('verified with onnxruntime'))
     assert verified.startswith(
         'verified with onnxruntime against mmdet predict on 7 images (4 of '
@@ -252,19 +261,26 @@ def test_detections_are_matched_and_only_ties_excused():
             compare_detections(bad, ref, (40, 60), 0.05, 100, 0.5)
 
 
-class ShiftsBoxes(DetectorGraph):
-    """A graph that computes differently from mmdet: boxes 3 px off."""
-
-    def forward(self, image):
-        boxes, scores, labels, probs = super().forward(image)
-        return boxes + 3, scores, labels, probs
-
-
-def test_a_detector_graph_that_differs_is_caught(tmp_path):
-    model = detector_checkpoint(tmp_path, tmp_path)[2]
-    out = tmp_path / 'shifted' / 'x.onnx'
+def test_a_detector_file_that_differs_is_caught(exported_detector,
+                                                 tmp_path):
+    """The exported file with its boxes moved 3 px: the verification
+    against mmdet's predict finds the difference."""
+    model, out = exported_detector[2:4]
+    proto = onnx.load(str(out))
+    for node in proto.graph.node:  # 'boxes' is renamed where it is made
+        for names in (node.input, node.output):  # and where it is used
+            for i, name in enumerate(names):
+                if name == 'boxes':
+                    names[i] = 'boxes_unshifted'
+    proto.graph.node.extend([
+        onnx.helper.make_node('Constant', [], ['three'],
+                              value=onnx.numpy_helper.from_array(
+                                  np.array(3, np.float32))),
+        onnx.helper.make_node('Add', ['boxes_unshifted', 'three'],
+                              ['boxes'])])
+    shifted = tmp_path / 'shifted.onnx'
+    onnx.save(proto, str(shifted))
     with pytest.raises(ExportError, match='The exported detector is wrong: '
                        'at 64x64 PyTorch finds an object the other does not'):
-        export_onnx(ShiftsBoxes(model), str(out), 1, 64, 64,
+        verify_onnx(str(shifted), DetectorGraph(model), 1, [(64, 64)],
                     log=lambda _: None)
-    assert list(out.parent.iterdir()) == []

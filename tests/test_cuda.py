@@ -57,13 +57,18 @@ def _step(model, x):
         n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize('mode', ['eval', 'train'])
-def test_fast_paths_match_reference_in_fp32(no_tf32, mode):
+@pytest.mark.parametrize('mode, device', [
+    ('eval', 'cuda'), ('train', 'cuda'),
+    pytest.param('train', 'cuda:1', marks=pytest.mark.skipif(
+        torch.cuda.device_count() < 2, reason='needs 2 GPUs'))])
+def test_fast_paths_match_reference_in_fp32(no_tf32, mode, device):
     """Every fast path ('always') against the straightforward computation:
-    outputs and gradients within 1e-4 of their largest value."""
-    model = randomized().cuda().train(mode == 'train')
+    outputs and gradients within 1e-4 of their largest value; also on a
+    second GPU while the first is the current device (Triton launches on
+    the current one)."""
+    model = randomized().to(device).train(mode == 'train')
     ref_model = copy.deepcopy(model)
-    x = torch.randn(2, 3, 80, 112, device='cuda')
+    x = torch.randn(2, 3, 80, 112, device=device)
     with fast_path('always'):
         outs, grads = _step(model, x)
     with fast_path(False):
@@ -75,25 +80,6 @@ def test_fast_paths_match_reference_in_fp32(no_tf32, mode):
         assert _relative(grad, ref_grads[name]) < 1e-4, name
         assert grad.stride() == dict(model.named_parameters())[
             name].stride(), name  # DDP's bucket layout
-
-
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason='needs 2 GPUs')
-def test_kernels_run_on_the_models_gpu_not_the_current_one(no_tf32):
-    """A model on the second GPU while the first is the current device
-    (Triton launches on the current one): the kernels' outputs and
-    gradients are the straightforward computation's."""
-    model = randomized().to('cuda:1').train()
-    ref_model = copy.deepcopy(model)
-    x = torch.randn(2, 3, 64, 96, device='cuda:1')
-    assert torch.cuda.current_device() == 0
-    with fast_path('always'):
-        outs, grads = _step(model, x)
-    with fast_path(False):
-        refs, ref_grads = _step(ref_model, x)
-    for out, ref in zip(outs, refs):
-        assert _relative(out, ref) < 1e-4
-    for name, grad in grads.items():
-        assert _relative(grad, ref_grads[name]) < 1e-4, name
 
 
 @pytest.mark.parametrize('dtype', [None, torch.bfloat16])

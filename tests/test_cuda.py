@@ -200,16 +200,20 @@ def test_lpi_kernels_match_the_straightforward_branch(no_tf32, dtype,
         assert _relative(g, r) < tol[dtype], i
 
 
-@pytest.mark.parametrize('setting, amp', [(True, False), ('always', False),
-                                          ('always', True)])
-def test_cuda_graphs_replay_the_eager_forward(no_tf32, setting, amp):
+@pytest.mark.parametrize('setting, amp, device', [
+    (True, False, 'cuda'), ('always', False, 'cuda'),
+    ('always', True, 'cuda'),
+    pytest.param('always', False, 'cuda:1', marks=pytest.mark.skipif(
+        torch.cuda.device_count() < 2, reason='needs 2 GPUs'))])
+def test_cuda_graphs_replay_the_eager_forward(no_tf32, setting, amp, device):
     """``XCiT(cuda_graphs=True)``: one capture per size, replayed after;
     the outputs are the eager forward's (the same kernels; fp16 autocast
     to its rounding), an in-place parameter update is read by the replay,
     a replaced module is captured anew, and the positional encoding's
-    cache is not read by a graph."""
+    cache is not read by a graph; also on a second GPU while the first is
+    the current device."""
     from contextlib import nullcontext
-    net = randomized(cuda_graphs=True, fast_path=setting).cuda().eval()
+    net = randomized(cuda_graphs=True, fast_path=setting).to(device).eval()
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
     ctx = torch.autocast('cuda', dtype=torch.float16) if amp \
@@ -217,17 +221,18 @@ def test_cuda_graphs_replay_the_eager_forward(no_tf32, setting, amp):
     tol = 2e-3 if amp else 1e-5
 
     def compare(size, captures):
-        x = torch.randn(2, 3, *size, device='cuda')
+        x = torch.randn(2, 3, *size, device=device)
         with torch.no_grad(), ctx:
             outs, refs = net(x), eager(x)
         for out, ref in zip(outs, refs):
             assert out.dtype == ref.dtype and _relative(out, ref) < tol
         assert net.graphs.captures == captures
+        assert net.graphs.failure is None
 
     for size, captures in (((64, 96), 1), ((96, 64), 2), ((64, 96), 2)):
         compare(size, captures)
     net.pos_embed._features.clear()  # a graph that read it would see junk
-    torch.randn(64, 2 ** 20, device='cuda')  # reuses the freed memory
+    torch.randn(64, 2 ** 20, device=device)  # reuses the freed memory
     with torch.no_grad():
         for model in (net, eager):
             model.blocks[0].gamma1.mul_(2)

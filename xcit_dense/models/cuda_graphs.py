@@ -148,7 +148,10 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
             forward(static)
     torch.cuda.current_stream(x.device).wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool), autocast:
+    # on the input's GPU, whichever is current (the default capture stream
+    # is the current device's)
+    with torch.cuda.device(x.device), \
+            torch.cuda.graph(graph, pool=pool, stream=stream), autocast:
         outs = forward(static)
     return static, tuple(outs), graph.replay, graph.pool()
 

@@ -61,9 +61,9 @@ def taken(monkeypatch):
     for part, kernels, name in ((XCA, xca_kernels, 'attention'),
                                 (LPI, lpi_kernels, 'local_interaction')):
         def kernels_spy(*args, _part=part.__name__,
-                        _original=getattr(kernels, name)):
+                        _original=getattr(kernels, name), **kwargs):
             seen.add(_part)
-            return _original(*args)
+            return _original(*args, **kwargs)
         monkeypatch.setattr(kernels, name, kernels_spy)
     return seen
 

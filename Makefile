@@ -7,7 +7,7 @@ DEMO_ADE20K := configs/ade20k/demo_upernet_xcit_nano_synthetic.py
 
 .PHONY: install demo demo-coco demo-ade20k test gpu-report wheelhouse \
 	gpu-report-tests gpu-report-probe gpu-report-backbone gpu-report-heads \
-	gpu-report-table
+	gpu-report-compiled gpu-report-table
 
 install:
 	@VENV=$(VENV) bash tools/setup_env.sh
@@ -37,29 +37,35 @@ test: install
 	    --durations=15
 
 # On a machine with an NVIDIA GPU, in steps that each fit 10 minutes on one
-# H100 (STEP=tests, probe, backbone, heads or table; default: all, in that
-# order), each writing its rows under $(GPU_REPORT)/ as they come:
-#   tests     tests/test_cuda.py, every traceback and duration (tests.log)
+# H100 (STEP=tests, probe, backbone, heads, compiled or table; default: all,
+# in that order), each writing its rows under $(GPU_REPORT)/ as they come:
+#   tests     tests/test_cuda.py, every traceback and duration (tests.log);
+#             interrupted after GPU_TESTS_S seconds (default 480: a cold
+#             machine's 75 s set-up and the summary fit a 10-minute
+#             command), when pytest still prints what failed so far (a
+#             test deaf to the interrupt is killed 30 s later)
 #   probe     where the time goes: each part's fast path on and off alone
 #             (policy_probe.json, the CUDA column of the policy), kernel
 #             launches against GPU time, CUDA graphs (inference and training
-#             steps) and static compilation
-#             (launch_probe.jsonl)
+#             steps) (launch_probe.jsonl)
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
 #             straightforward, default, every fast path (on CUDA: XCA's
 #             Triton kernels and the CPU-tuned paths); fp32 and AMP;
 #             inference (batch 1, 2) and training steps; then inference
 #             replayed from CUDA graphs (backbone_graphs/), AMP training
-#             steps too (backbone_graphs_train/); last the
-#             compiled backbone (backbone_compiled/), whose compilations
-#             take longest, so a step stopped at 10 minutes keeps the rest
+#             steps too (backbone_graphs_train/)
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
 #             steps, default and with the backbone's every fast path (on
 #             CUDA its Triton kernels), against their fast_path=False
 #             baselines
+#   compiled  the backbone compiled (Inductor, static shapes), whose
+#             compilations take longest: its inference and training rows
+#             (backbone_compiled/), then the probe's compiled rows
+#             (launch_probe_compiled.jsonl)
 #   table     the README's GPU table from the rows above (table.md)
 GPU_REPORT ?= work_dirs/gpu_report
-GPU_STEPS := tests probe backbone heads table
+GPU_STEPS := tests probe backbone heads compiled table
+GPU_TESTS_S ?= 480
 STEP ?= all
 GPU_BENCH := $(PY) tools/benchmark.py --device cuda --repeat 20 --warmup 3
 
@@ -73,14 +79,15 @@ gpu-report: install
 
 gpu-report-tests:
 	@mkdir -p $(GPU_REPORT)
-	$(PY) -m pytest tests/test_cuda.py -rA --durations=0 -p no:cacheprovider \
+	PYTHONUNBUFFERED=1 timeout -k 30 -s INT $(GPU_TESTS_S) $(PY) -m pytest \
+	    tests/test_cuda.py -rA --durations=0 -p no:cacheprovider \
 	    > $(GPU_REPORT)/tests.log 2>&1; status=$$?; \
 	    tail -n 30 $(GPU_REPORT)/tests.log; exit $$status
 
 gpu-report-probe:
 	@mkdir -p $(GPU_REPORT)
 	$(PY) docs/benchmark/gpu/policy_probe.py --out $(GPU_REPORT)/policy_probe.json
-	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT)
+	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT) --no-compile
 
 gpu-report-backbone:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone --sizes 800x1344 \
@@ -97,9 +104,6 @@ gpu-report-backbone:
 	    --sizes 800x1344 --models xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp+graphs xcit_small_12_p16@always+amp+graphs \
 	    --batch 2 --modes train
-	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_compiled --sizes 800x1344 \
-	    --models xcit_small_12_p16@reference xcit_small_12_p16@compile \
-	    --batch 1 2 --modes infer train
 
 gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \
@@ -109,6 +113,13 @@ gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads_ade20k --sizes 512x512 \
 	    --models upernet_xcit_s12@reference+amp upernet_xcit_s12@amp \
 	    upernet_xcit_s12@always+amp --batch 2 --modes train
+
+gpu-report-compiled:
+	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_compiled --sizes 800x1344 \
+	    --models xcit_small_12_p16@reference xcit_small_12_p16@compile \
+	    --batch 1 2 --modes infer train
+	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT) \
+	    --compile-only
 
 gpu-report-table:
 	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) | tee $(GPU_REPORT)/table.md

@@ -9,14 +9,16 @@ import pytest
 from conftest import REPO, run_tool_here
 
 STEPS = {
-    'tests': ('tests/test_cuda.py', ),
-    'probe': ('docs/benchmark/gpu/launch_probe.py', ),
+    'tests': ('timeout -k 30 -s INT 480 python -m pytest',
+              'tests/test_cuda.py'),
+    'probe': ('docs/benchmark/gpu/launch_probe.py', '--no-compile'),
     'backbone': ('xcit_small_12_p16@reference', 'xcit_small_12_p16@always+amp',
                  'backbone_graphs', 'xcit_small_12_p16@always+amp+graphs',
-                 'backbone_graphs_train',
-                 'backbone_compiled', 'xcit_small_12_p16@compile'),
+                 'backbone_graphs_train'),
     'heads': ('mask_rcnn_swin_t@amp', 'mask_rcnn_xcit_s12@always+amp',
               'upernet_xcit_s12@always+amp'),
+    'compiled': ('backbone_compiled', 'xcit_small_12_p16@compile',
+                 'docs/benchmark/gpu/launch_probe.py', '--compile-only'),
     'table': ('docs/benchmark/gpu/table.py', ),
 }
 
@@ -29,6 +31,8 @@ def test_each_step_runs_what_it_says(step):
     assert proc.returncode == 0, proc.stderr
     for command in STEPS[step]:
         assert command in proc.stdout, command
+    # the compilations, the longest part, in their own step
+    assert ('@compile' in proc.stdout) == (step == 'compiled')
 
 
 def _row(model, seconds, peak, **extra):

@@ -17,14 +17,17 @@ one process with CUDA events (medians after warm-up):
 Run on a CUDA machine::
 
     python docs/benchmark/gpu/launch_probe.py --out DIR [--size 800x1344] \
-        [--triton none xca lpi xca+lpi]
+        [--triton none xca lpi xca+lpi] [--no-compile | --compile-only]
 
-Writes one JSON line per measurement to ``DIR/launch_probe.jsonl`` as it
-goes (a time limit keeps what was measured) and the profiles' top kernels
-to ``DIR/launch_probe_kernels.txt``.
+Writes one JSON line per measurement to ``DIR/launch_probe.jsonl`` (the
+compiled rows alone, ``--compile-only``: ``DIR/launch_probe_compiled.jsonl``)
+as it goes (a time limit keeps what was measured; a file of an earlier run
+is replaced) and the profiles' top kernels to
+``DIR/launch_probe_kernels.txt``.
 """
 import argparse
 import json
+import os
 import os.path as osp
 import statistics
 import sys
@@ -115,7 +118,12 @@ def main():
     parser.add_argument('--out', required=True)
     parser.add_argument('--arch', default='small_12_p16')
     parser.add_argument('--size', default='800x1344')
-    parser.add_argument('--no-compile', action='store_true')
+    parts = parser.add_mutually_exclusive_group()
+    parts.add_argument('--no-compile', action='store_true',
+                       help='the eager and graphed rows only')
+    parts.add_argument('--compile-only', action='store_true',
+                       help='the compiled rows only (the longest: '
+                       'Inductor compiles the backbone three times)')
     parser.add_argument('--triton', nargs='+', choices=list(TRITON),
                         default=list(TRITON),
                         help='which parts on their Triton kernels, one row '
@@ -124,7 +132,13 @@ def main():
     h, w = map(int, args.size.split('x'))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    results = osp.join(args.out, 'launch_probe.jsonl')
+    os.makedirs(args.out, exist_ok=True)
+    results = osp.join(args.out, 'launch_probe_compiled.jsonl'
+                       if args.compile_only else 'launch_probe.jsonl')
+    written = [results] if args.compile_only else \
+        [results, osp.join(args.out, 'launch_probe_kernels.txt')]
+    for path in written:  # this run's rows only
+        open(path, 'w').close()
 
     def record(**row):
         row.update(arch=args.arch, size=args.size,
@@ -133,9 +147,19 @@ def main():
         with open(results, 'a') as f:
             f.write(json.dumps(row) + '\n')
 
+    x1 = torch.randn(1, 3, h, w, device='cuda')
+    x2 = torch.randn(2, 3, h, w, device='cuda')
+    if not args.compile_only:
+        eager_and_graphed(args, record, x1, x2)
+    if not args.no_compile:
+        compiled(args, record, x1, x2)
+
+
+def eager_and_graphed(args, record, x1, x2):
+    """The eager rows (with their profiles) and their CUDA-graph replays:
+    inference at batch 1, training steps at batch 2."""
     torch.manual_seed(0)
     model = XCiT(args.arch).cuda().eval()
-    x1 = torch.randn(1, 3, h, w, device='cuda')
     for triton, label, dtype in [
             (triton, label, dtype) for triton in args.triton
             for label, dtype in (('fp32', None),
@@ -169,7 +193,6 @@ def main():
            cuda_graph_ms=median_ms(graphed(infer_bf16_weights)))
 
     model.train()
-    x2 = torch.randn(2, 3, h, w, device='cuda')
     for triton, label, dtype in [
             (triton, label, dtype) for triton in args.triton
             for label, dtype in (('fp32', None),
@@ -199,8 +222,11 @@ def main():
         except Exception as error:  # record and go on
             row['cuda_graph_error'] = repr(error)[:300]
         record(**row)
-    if args.no_compile:
-        return
+
+
+def compiled(args, record, x1, x2):
+    """The backbone compiled with static shapes (Inductor), bf16 autocast:
+    inference (default and ``reduce-overhead``) and a training step."""
     for what, mode in (('infer', None), ('infer', 'reduce-overhead'),
                        ('train', None)):
         torch._dynamo.reset()

@@ -67,7 +67,10 @@ GPU_REPORT ?= work_dirs/gpu_report
 GPU_STEPS := tests probe backbone heads compiled table
 GPU_TESTS_S ?= 480
 STEP ?= all
-GPU_BENCH := $(PY) tools/benchmark.py --device cuda --repeat 20 --warmup 3
+# a measurement that hangs is stopped (an error row) before the step's 10
+# minutes are gone
+GPU_BENCH := $(PY) tools/benchmark.py --device cuda --repeat 20 --warmup 3 \
+    --timeout 300
 
 gpu-report: install
 	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make gpu-report: PyTorch sees no CUDA device on this machine")'

@@ -199,6 +199,6 @@ def test_kernels_are_probed_for_the_dtype_they_take(kernels_on_the_cpu,
             torch.testing.assert_close(got, ref, rtol=0, atol=0)
     assert probed == [(torch.bfloat16, 24)] and not calls
     assert len(warned) == 1 and 'for torch.bfloat16' in warned[0]
-    assert triton_support._VERDICTS[
-        ("XCA's attention", 'cpu', torch.bfloat16, (24, 'tf32', True))
-    ] is False
+    # that variant's verdict kept: not probed again
+    assert not xca_kernels.works(torch.device('cpu'), torch.bfloat16, 24)
+    assert len(probed) == 1

@@ -73,8 +73,9 @@ class XCA(TimmXCA):
         if not policy.applies(self, XCA, x):
             return None
         if policy.on_kernel_device(x):
+            # the dtype the kernels take is the qkv layer's output's
+            # (:meth:`_kernels_take`)
             ok = xca_kernels.available() and \
-                policy.kernel_dtype(x) in policy.KERNEL_DTYPES and \
                 policy.is_inactive(self.attn_drop)
             return KERNELS if ok else None
         if type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear:

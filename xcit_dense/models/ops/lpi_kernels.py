@@ -27,7 +27,6 @@ fp16 / bf16 under autocast); the batch variance combines the tiles' M2
 Triton compiles for CUDA; ``TRITON_INTERPRET=1`` runs the same kernels on
 CPU tensors, as the tests do.
 """
-import functools
 from typing import Optional, Tuple
 
 import torch
@@ -574,11 +573,8 @@ def works(device: torch.device, dtype: torch.dtype, bn: nn.BatchNorm2d,
     ``bn``'s channels, normalised as ``bn`` normalises now, a residual of
     ``residual_dtype`` or none, and gradients if they are recorded now
     (probed once per variant, see :func:`.triton_support.works`)."""
-    batch = bn.training or bn.running_mean is None
-    update = bn.training and bn.track_running_stats
-    variant = (bn.num_features, batch, update, residual_dtype,
-               torch.is_grad_enabled())
     return triton_support.works(
-        "LPI", device, dtype, functools.partial(
-            probe, channels=variant[0], batch=batch, update=update,
-            residual_dtype=residual_dtype, backward=variant[-1]), variant)
+        "LPI", device, dtype, probe, channels=bn.num_features,
+        batch=bn.training or bn.running_mean is None,
+        update=bn.training and bn.track_running_stats,
+        residual_dtype=residual_dtype, backward=torch.is_grad_enabled())

@@ -16,8 +16,8 @@ try:
 except ImportError:  # no Triton (a platform PyTorch ships without it)
     triton = tl = None
 
-#: (kernels, device, dtype, variant) -> whether their probe ran
-_VERDICTS: Dict[Tuple[str, str, torch.dtype, Hashable], bool] = {}
+#: (kernels, device, dtype, settings, variant) -> whether their probe ran
+_VERDICTS: Dict[Tuple[str, str, torch.dtype, Hashable, Hashable], bool] = {}
 
 
 def available() -> bool:
@@ -36,18 +36,20 @@ def on_device(t: torch.Tensor) -> ContextManager:
 
 
 def works(kernels: str, device: torch.device, dtype: torch.dtype,
-          probe: Callable[[torch.device, torch.dtype], None],
-          variant: Hashable = ()) -> bool:
+          probe: Callable[..., None], settings: Hashable = (),
+          **variant: Hashable) -> bool:
     """The Triton kernels named ``kernels`` compile and run on ``device``
     for ``dtype`` and ``variant`` (what else Triton compiles them for: the
     sizes and switches that are their compile-time constants, the dtypes of
-    their other inputs, whether their backward runs): ``probe`` (those
-    kernels on a tiny input) runs once per device, dtype and variant in a
-    process. If it fails (Triton cannot compile for that GPU, say), one
-    warning names the error and the modules take their straightforward
-    computation on that device and dtype from then on (every variant), so
-    that a fast path never ends a run."""
-    key = (kernels, str(device), dtype, variant)
+    their other inputs, whether their backward runs) under ``settings``
+    (PyTorch's settings they read, the same for the probe):
+    ``probe(device, dtype, **variant)`` (those kernels on a tiny input) runs
+    once per device, dtype, settings and variant in a process. If it fails
+    (Triton cannot compile for that GPU, say), one warning names the error
+    and the modules take their straightforward computation on that device
+    and dtype from then on (every variant), so that a fast path never ends
+    a run."""
+    key = (kernels, str(device), dtype, settings, tuple(variant.items()))
     verdict = _VERDICTS.get(key)
     if verdict is not None:
         return verdict
@@ -59,7 +61,7 @@ def works(kernels: str, device: torch.device, dtype: torch.dtype,
     try:  # with gradients, whatever mode the caller is in
         with torch.inference_mode(False), torch.enable_grad(), \
                 torch.autocast(device.type, enabled=False):
-            probe(device, dtype)
+            probe(device, dtype, **variant)
         verdict = True
     except Exception as error:  # Triton's compiler or the driver
         verdict = False

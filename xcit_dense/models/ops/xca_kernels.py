@@ -29,7 +29,6 @@ inputs use TF32 exactly when ``torch.backends.cuda.matmul.allow_tf32``
 allows it. Triton compiles for CUDA; ``TRITON_INTERPRET=1`` (set before
 Triton is imported) runs the same kernels on CPU tensors, as the tests do.
 """
-import functools
 from typing import Tuple
 
 import torch
@@ -349,8 +348,6 @@ def works(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     of ``head_dim`` channels (the tiles' width), the precision of their
     products now, and gradients if they are recorded now (probed once per
     variant, see :func:`.triton_support.works`)."""
-    backward = torch.is_grad_enabled()
     return triton_support.works(
-        "XCA's attention", device, dtype,
-        functools.partial(probe, head_dim=head_dim, backward=backward),
-        (head_dim, _precision(dtype), backward))
+        "XCA's attention", device, dtype, probe, _precision(dtype),
+        head_dim=head_dim, backward=torch.is_grad_enabled())

@@ -58,9 +58,8 @@ def works(kernels: str, device: torch.device, dtype: torch.dtype,
     if any(k[:3] == key[:3] and v is False for k, v in _VERDICTS.items()):
         _VERDICTS[key] = False  # said once: not tried again there
         return False
-    try:  # with gradients, whatever mode the caller is in
-        with torch.inference_mode(False), torch.enable_grad(), \
-                torch.autocast(device.type, enabled=False):
+    try:  # the probe gives the kernels their dtypes itself
+        with torch.autocast(device.type, enabled=False):
             probe(device, dtype, **variant)
         verdict = True
     except Exception as error:  # Triton's compiler or the driver

@@ -285,15 +285,18 @@ def test_pins_over_an_installed_pytorch():
 
 BUILT = dict(wheel='mmcv-2.1.0-cp312-cp312-linux_x86_64.whl', mmcv='2.1.0',
              torch='2.11.0+cu130', cuda='13.0', arch_list='9.0',
-             python='cp312', platform='linux_x86_64')
+             python='cp312', platform='linux_x86_64', glibc='2.38')
 PRESENT = dict(mmcv='2.1.0', torch='2.11.0+cu130', cuda='13.0',
-               capabilities=[(9, 0)], python='cp312', machine='x86_64')
+               capabilities=[(9, 0)], python='cp312', machine='x86_64',
+               glibc='2.39')
 
 
 def test_what_a_wheel_is_built_for_is_described():
     assert cuda_setup.describe_wheel(
         '/b/dist/mmcv-2.1.0-cp312-cp312-linux_x86_64.whl', '9.0',
-        '2.11.0+cu130', '13.0') == BUILT
+        '2.11.0+cu130', '13.0', '2.38') == BUILT
+    lib, version = platform.libc_ver()  # this machine's, for `describe`
+    assert cuda_setup.glibc_version() == (version if lib == 'glibc' else None)
 
 
 @pytest.mark.parametrize('present,reason', [
@@ -310,10 +313,17 @@ def test_what_a_wheel_is_built_for_is_described():
     (dict(python='cp311'), 'cp312'),
     (dict(machine='aarch64'), 'linux_x86_64'),
     (dict(mmcv='2.2.0'), 'mmcv 2.1.0'),
+    # built on a newer C library than this node's (a cluster's login node
+    # on a newer OS): the ops would not load
+    (dict(glibc='2.36'), 'glibc 2.38, this machine has 2.36'),
+    (dict(glibc='2.38'), None),
+    (dict(glibc=None), None),  # not glibc: installed, then checked
+    (dict(built_glibc=None, glibc='2.17'), None),  # an older description
 ])
 def test_prebuilt_wheel_matches_pytorch_cuda_gpus_and_python(present,
                                                              reason):
-    got = cuda_setup.prebuilt_mismatch(BUILT, dict(PRESENT, **present))
+    built = dict(BUILT, glibc=present.pop('built_glibc', BUILT['glibc']))
+    got = cuda_setup.prebuilt_mismatch(built, dict(PRESENT, **present))
     if reason is None:
         assert got is None
     else:

@@ -466,13 +466,24 @@ def wheel_tags(filename: str) -> Dict[str, str]:
                 platform=platform)
 
 
+def glibc_version() -> Optional[str]:
+    """This machine's GNU C library version (``'2.36'``), None elsewhere
+    (musl, macOS)."""
+    import platform
+    lib, version = platform.libc_ver()
+    return version if lib == 'glibc' and version else None
+
+
 def describe_wheel(wheel: str, arch_list: str, torch_version: str,
-                   torch_cuda: str) -> Dict[str, str]:
-    """What a CUDA build of mmcv was built for (its WHEEL.json)."""
+                   torch_cuda: str, glibc: Optional[str]) -> Dict[str, str]:
+    """What a CUDA build of mmcv was built for (its WHEEL.json), with the
+    GNU C library it was built against (its ``linux_x86_64`` tag does not
+    say: the compiled ops need that version or a newer one)."""
     tags = wheel_tags(wheel)
     return dict(wheel=osp.basename(wheel), mmcv=tags['version'],
                 torch=torch_version, cuda=torch_cuda, arch_list=arch_list,
-                python=tags['python'], platform=tags['platform'])
+                python=tags['python'], platform=tags['platform'],
+                glibc=glibc)
 
 
 def arch_covers(arch_list: str, capability: Tuple[int, int]) -> bool:
@@ -503,7 +514,9 @@ def prebuilt_mismatch(built: Dict, present: Dict) -> Optional[str]:
     capabilities: the GPUs'; python: the tag; machine: x86_64, aarch64),
     else why not. mmcv's ops link against PyTorch's C++ library, which has
     no stable ABI: its version must be the same (the local label aside:
-    CUDA is compared by itself)."""
+    CUDA is compared by itself); and against the GNU C library of the
+    machine that built them, which this one's must be at least (a
+    description without it is checked by installing and running the ops)."""
     if built.get('mmcv') != present['mmcv']:
         return f'mmcv {built.get("mmcv")}, the pin is {present["mmcv"]}'
     if built.get('python') != present['python']:
@@ -511,6 +524,11 @@ def prebuilt_mismatch(built: Dict, present: Dict) -> Optional[str]:
     if not str(built.get('platform', '')).endswith(present['machine']):
         return (f'for {built.get("platform")}, this machine is '
                 f'{present["machine"]}')
+    if built.get('glibc') and present.get('glibc') and \
+            _version(present['glibc']) < _version(built['glibc']):
+        return (f'built against glibc {built["glibc"]}, this machine has '
+                f'{present["glibc"]} (compiled code needs the C library it '
+                'was built against or a newer one)')
     if _public(built.get('torch')) != _public(present['torch']):
         return (f'built against PyTorch {built.get("torch")}, this one is '
                 f'{present["torch"]}')
@@ -565,7 +583,7 @@ def present_machine() -> Dict:
     import torch
     return dict(mmcv=pinned_version('mmcv'), torch=torch.__version__,
                 cuda=torch.version.cuda, python=python_tag(),
-                machine=platform.machine(),
+                machine=platform.machine(), glibc=glibc_version(),
                 capabilities=gpu_capabilities())
 
 
@@ -676,7 +694,7 @@ def main(argv: Sequence[str]) -> int:
         elif command == 'describe' and len(argv) == 3:
             import torch
             built = describe_wheel(argv[1], argv[2], torch.__version__,
-                                   torch.version.cuda)
+                                   torch.version.cuda, glibc_version())
             with open(argv[1] + '.json', 'w') as f:
                 json.dump(built, f, indent=1)
             print(f'[setup_env] {argv[1]}.json: {built}')

@@ -379,7 +379,8 @@ def test_the_wheel_built_here_goes_to_the_wheelhouse_and_to_the_nodes(
     folder, note = cuda_setup.add_to_wheelhouse(str(house), '3.12', record,
                                                 [other, wheel])
     assert folder == str(house / 'mmcv-cuda' /
-                         'mmcv-2.1.0-torch2.11.0-cuda13.0-arch9.0-cp312')
+                         'mmcv-2.1.0-torch2.11.0-cuda13.0-arch9.0-cp312-'
+                         'glibc2.38')
     assert sorted(os.listdir(folder)) == [name, name + '.json']
     folder_b, _ = cuda_setup.add_to_wheelhouse(str(house), '3.12', record,
                                                [other, wheel])
@@ -390,6 +391,9 @@ def test_the_wheel_built_here_goes_to_the_wheelhouse_and_to_the_nodes(
         str(house), dict(PRESENT, capabilities=[(8, 0)]))
     assert found is None and len(notes) == 1
     assert 'compute capability 8.0' in notes[0]
+    found, notes = cuda_setup.choose_prebuilt(  # an older OS release
+        str(house), dict(PRESENT, glibc='2.35'))
+    assert found is None and 'glibc 2.38, this machine has 2.35' in notes[0]
     # a wheel without description is not added
     os.remove(wheel + '.json')
     folder, note = cuda_setup.add_to_wheelhouse(str(tmp_path / 'w2'), '3.12',
@@ -411,6 +415,7 @@ def test_set_up_describes_a_build_and_says_why_it_is_not_used_here(
     with open(wheel + '.json') as f:
         built = json.load(f)
     assert built['torch'] == torch.__version__ and built['arch_list'] == '9.0'
+    assert built['glibc'] == cuda_setup.glibc_version()
     capsys.readouterr()
     assert cuda_setup.main(['prebuilt', str(tmp_path)]) == 1
     out, err = capsys.readouterr()

@@ -617,11 +617,13 @@ def wheel_of_installed(installed_record: str, wheels: Sequence[str]
 
 def prebuilt_folder(built: Dict) -> str:
     """The wheelhouse's folder for one build:
-    ``mmcv-cuda/mmcv-2.1.0-torch2.11.0-cuda13.0-arch9.0-cp312``."""
+    ``mmcv-cuda/mmcv-2.1.0-torch2.11.0-cuda13.0-arch9.0-cp312-glibc2.38``
+    (builds on nodes of other OS releases side by side)."""
     arch = re.sub(r'[^0-9A-Za-z.+]+', '_', str(built['arch_list']))
+    glibc = f'-glibc{built["glibc"]}' if built.get('glibc') else ''
     return osp.join(PREBUILT_DIR, f'mmcv-{built["mmcv"]}-torch'
                     f'{_public(built["torch"])}-cuda{built["cuda"]}-arch'
-                    f'{arch}-{built["python"]}')
+                    f'{arch}-{built["python"]}{glibc}')
 
 
 def add_to_wheelhouse(dest: str, python_version: str,

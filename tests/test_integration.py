@@ -105,6 +105,26 @@ def test_tools_report_every_package_error_as_one_paragraph(name, capsys):
     assert err == 'error: what was wrong; what is allowed\n'
 
 
+def test_tools_do_not_repeat_setuptools_warning_on_pkg_resources():
+    """setuptools >= 80.9 warns on every import of ``pkg_resources``, which
+    mmengine's ``package_utils`` makes while a tool loads an ``mmdet::``
+    config: not shown by the tools (the pinned setuptools does not warn;
+    the GPU image's 80.10 does); other warnings are."""
+    import warnings
+
+    from xcit_dense.cli import run_cli
+
+    def main():
+        warnings.warn('pkg_resources is deprecated as an API. See https://'
+                      'setuptools.pypa.io/en/latest/pkg_resources.html.',
+                      UserWarning)
+        warnings.warn('another warning', UserWarning)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter('always')
+        run_cli(main)
+    assert [str(w.message) for w in shown] == ['another warning']
+
+
 def test_error_raised_in_a_dataloader_worker_keeps_its_paragraph():
     """PyTorch re-creates a worker's exception in the main process from its
     type and formatted traceback; the package's errors come out of that with

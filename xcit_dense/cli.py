@@ -6,6 +6,7 @@ import argparse
 import os
 import os.path as osp
 import sys
+import warnings
 from typing import Optional
 
 from mmengine.config import Config, DictAction
@@ -19,7 +20,14 @@ def fail(error: BaseException) -> None:
     sys.exit(1)
 
 def run_cli(main) -> None:
-    """Run a tool's ``main``; bad input ends it with one paragraph."""
+    """Run a tool's ``main``; bad input ends it with one paragraph.
+
+    Without the warning setuptools >= 80.9 gives on each import of
+    ``pkg_resources`` (mmengine 0.10's ``package_utils`` imports it in the
+    functions that resolve ``mmdet::`` configs and scopes: four copies of
+    it before a tool's first line, which a user cannot act on)."""
+    warnings.filterwarnings('ignore', category=UserWarning,
+                            message='pkg_resources is deprecated as an API')
     try:
         main()
     except XCiTDenseError as e:

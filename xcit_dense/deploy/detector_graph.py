@@ -198,17 +198,22 @@ class DetectorGraph(nn.Module):
         scores = F.softmax(cls_score, dim=-1)[:, :-1]
         classes = head.num_classes
         per_roi = 1 if head.reg_class_agnostic else classes
-        # decoded with a spare zero row after the proposals and their deltas,
-        # dropped after: mmdet's delta2bbox returns early when there are no
-        # boxes, a test on the data-dependent number of proposals that
+        # a spare row after the proposals (zero box, zero deltas, scores no
+        # threshold passes): mmdet's delta2bbox returns early when there are
+        # no boxes, a test on the data-dependent number of proposals that
         # torch.export cannot decide in PyTorch 2.11 (the GPU machine's);
-        # with the spare row that number is never 0
+        # with the spare row that number is never 0, and the threshold
+        # drops the row
         size = head.bbox_coder.encode_size
-        padded = torch.cat([proposals, proposals.new_zeros(1, 4)])
-        deltas = torch.cat([bbox_pred, bbox_pred.new_zeros(1, per_roi * size)])
+        proposals = torch.cat([proposals, proposals.new_zeros(1, 4)])
+        bbox_pred = torch.cat(
+            [bbox_pred, bbox_pred.new_zeros(1, per_roi * size)])
+        scores = torch.cat(
+            [scores, scores.new_full((1, classes), float('-inf'))])
         boxes = head.bbox_coder.decode(
-            padded.repeat_interleave(per_roi, dim=0), deltas.view(-1, size),
-            max_shape=img_shape).view(-1, per_roi, 4)[:-1]
+            proposals.repeat_interleave(per_roi, dim=0),
+            bbox_pred.view(-1, size),
+            max_shape=img_shape).view(-1, per_roi, 4)
         boxes = boxes.expand(-1, classes, 4).reshape(-1, 4)
         labels = torch.arange(classes, device=scores.device).expand_as(
             scores).reshape(-1)

@@ -116,5 +116,9 @@ def crop(y: torch.Tensor, H: int, W: int, stride: int) -> torch.Tensor:
 
     Written with non-negative operands only: ONNX exporters translate an
     integer floor division into ONNX ``Div``, which truncates, and
-    ``-(-H // s)`` would become ``floor(H / s)`` in an exported graph."""
-    return y[..., :(H + stride - 1) // stride, :(W + stride - 1) // stride]
+    ``-(-H // s)`` would become ``floor(H / s)`` in an exported graph. With
+    ``narrow`` rather than a slice, whose end PyTorch 2.11's export cannot
+    prove within the map for a free input size (it gave the map an unknown
+    size, on which mmdet's FPN could not be exported)."""
+    return y.narrow(-2, 0, (H + stride - 1) // stride).narrow(
+        -1, 0, (W + stride - 1) // stride)

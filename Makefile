@@ -39,11 +39,14 @@ test: install
 # On a machine with an NVIDIA GPU, in steps that each fit 10 minutes on one
 # H100 (STEP=tests, probe, backbone, heads, compiled or table; default: all,
 # in that order), each writing its rows under $(GPU_REPORT)/ as they come:
-#   tests     tests/test_cuda.py, every traceback and duration (tests.log);
-#             interrupted after GPU_TESTS_S seconds (default 480: a cold
-#             machine's 75 s set-up and the summary fit a 10-minute
-#             command), when pytest still prints what failed so far (a
-#             test deaf to the interrupt is killed 30 s later)
+#   tests     tests/test_cuda.py, every traceback and duration (tests.log),
+#             in GPU_TESTS_WORKERS processes sharing the GPU (default 4:
+#             Triton's and Inductor's compilations, and the tools the tests
+#             start, are work for the CPU's cores); interrupted after
+#             GPU_TESTS_S seconds (default 480: a cold machine's 75 s set-up
+#             and the summary fit a 10-minute command), when pytest still
+#             prints what passed and failed so far (a test deaf to the
+#             interrupt is killed 30 s later)
 #   probe     where the time goes: each part's fast path on and off alone
 #             (policy_probe.json, the CUDA column of the policy), kernel
 #             launches against GPU time, CUDA graphs (inference and training
@@ -66,6 +69,7 @@ test: install
 GPU_REPORT ?= work_dirs/gpu_report
 GPU_STEPS := tests probe backbone heads compiled table
 GPU_TESTS_S ?= 480
+GPU_TESTS_WORKERS ?= 4
 STEP ?= all
 # a measurement that hangs is stopped (an error row) before the step's 10
 # minutes are gone
@@ -83,7 +87,8 @@ gpu-report: install
 gpu-report-tests:
 	@mkdir -p $(GPU_REPORT)
 	PYTHONUNBUFFERED=1 timeout -k 30 -s INT $(GPU_TESTS_S) $(PY) -m pytest \
-	    tests/test_cuda.py -rA --durations=0 -p no:cacheprovider \
+	    tests/test_cuda.py -n $(GPU_TESTS_WORKERS) --dist worksteal \
+	    -rA --durations=0 -p no:cacheprovider \
 	    > $(GPU_REPORT)/tests.log 2>&1; status=$$?; \
 	    tail -n 30 $(GPU_REPORT)/tests.log; exit $$status
 

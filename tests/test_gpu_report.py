@@ -10,7 +10,7 @@ from conftest import REPO, run_tool_here
 
 STEPS = {
     'tests': ('timeout -k 30 -s INT 480 python -m pytest',
-              'tests/test_cuda.py'),
+              'tests/test_cuda.py -n 4 --dist worksteal'),
     'probe': ('docs/benchmark/gpu/launch_probe.py', '--no-compile'),
     'backbone': ('xcit_small_12_p16@reference', 'xcit_small_12_p16@always+amp',
                  'backbone_graphs', 'xcit_small_12_p16@always+amp+graphs',

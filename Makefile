@@ -6,8 +6,8 @@ DEMO_COCO := configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py
 DEMO_ADE20K := configs/ade20k/demo_upernet_xcit_nano_synthetic.py
 
 .PHONY: install demo demo-coco demo-ade20k test gpu-report wheelhouse \
-	gpu-report-tests gpu-report-probe gpu-report-backbone gpu-report-heads \
-	gpu-report-compiled gpu-report-table
+	gpu-report-tests gpu-report-probe gpu-report-backbone gpu-report-graphs \
+	gpu-report-heads gpu-report-compiled gpu-report-table
 
 install:
 	@VENV=$(VENV) bash tools/setup_env.sh
@@ -37,8 +37,9 @@ test: install
 	    --durations=15
 
 # On a machine with an NVIDIA GPU, in steps that each fit 10 minutes on one
-# H100 (STEP=tests, probe, backbone, heads, compiled or table; default: all,
-# in that order), each writing its rows under $(GPU_REPORT)/ as they come:
+# H100 (STEP=tests, probe, backbone, graphs, heads, compiled or table;
+# default: all, in that order), each writing its rows under $(GPU_REPORT)/
+# as they come:
 #   tests     tests/test_cuda.py, every traceback and duration (tests.log),
 #             in GPU_TESTS_WORKERS processes sharing the GPU (default 4:
 #             Triton's and Inductor's compilations, and the tools the tests
@@ -54,9 +55,10 @@ test: install
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
 #             straightforward, default, every fast path (on CUDA: XCA's
 #             Triton kernels and the CPU-tuned paths); fp32 and AMP;
-#             inference (batch 1, 2) and training steps; then inference
-#             replayed from CUDA graphs (backbone_graphs/), AMP training
-#             steps too (backbone_graphs_train/)
+#             inference (batch 1, 2) and training steps (backbone/)
+#   graphs    the same backbone's inference replayed from CUDA graphs
+#             (backbone_graphs/), and its AMP training steps
+#             (backbone_graphs_train/), beside their straightforward rows
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
 #             steps, default and with the backbone's every fast path (on
 #             CUDA its Triton kernels), against their fast_path=False
@@ -67,7 +69,7 @@ test: install
 #             (launch_probe_compiled.jsonl)
 #   table     the README's GPU table from the rows above (table.md)
 GPU_REPORT ?= work_dirs/gpu_report
-GPU_STEPS := tests probe backbone heads compiled table
+GPU_STEPS := tests probe backbone graphs heads compiled table
 GPU_TESTS_S ?= 480
 GPU_TESTS_WORKERS ?= 4
 STEP ?= all
@@ -103,6 +105,8 @@ gpu-report-backbone:
 	    xcit_small_12_p16@always xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp xcit_small_12_p16@always+amp \
 	    --batch 1 2 --modes infer train
+
+gpu-report-graphs:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs --sizes 800x1344 \
 	    --models xcit_small_12_p16@reference xcit_small_12_p16@graphs \
 	    xcit_small_12_p16@always+graphs xcit_small_12_p16@reference+amp \

@@ -102,3 +102,16 @@ def test_benchmark_rejects_bad_names(tmp_path):
     proc = run_tool_here('tools/benchmark.py', '--models',
                          'mask_rcnn_xcit_s12@amp', '--out-dir', tmp_path)
     assert proc.returncode == 2 and 'needs a GPU' in proc.stderr
+
+
+def test_a_failed_measurement_says_why():
+    """A crash in a kernel or the driver is not reported as memory."""
+    from xcit_dense.benchmark.runs import failure_reason
+    assert failure_reason(-11, '') == 'killed by SIGSEGV'
+    assert failure_reason(-6, 'Fatal Python error') == 'killed by SIGABRT'
+    assert failure_reason(-9, '') == 'killed by SIGKILL (out of memory?)'
+    assert failure_reason(1, 'torch.OutOfMemoryError: CUDA out of memory. '
+                          'Tried to allocate 2 GiB') == 'out of memory'
+    assert failure_reason(1, 'Traceback\n  ...\nValueError: bad size\n') == \
+        'ValueError: bad size'
+    assert failure_reason(1, '') == 'failed'

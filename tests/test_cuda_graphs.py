@@ -239,3 +239,7 @@ def test_a_model_that_changes_on_every_call_stops_the_graphs(replays):
     assert net.graphs.captures == 3 and net.graphs.failure is not None
     assert len(messages) == 1, messages
     assert 'the model changed between 4 calls in a row' in messages[0]
+    # tools/benchmark.py's row says that a @graphs row ran eagerly
+    from xcit_dense.benchmark.measure import fallbacks
+    assert fallbacks(net) == dict(graphs_captures=3,
+                                  graphs_failure=net.graphs.failure)

@@ -461,6 +461,11 @@ def test_failed_compile_runs_eagerly_and_says_so_once(backend):
     assert model.compile_failure.startswith(
         'BackendCompilerFailed' if backend is _failing_at_compile
         else 'RuntimeError')
+    # tools/benchmark.py's row says that a @compile row ran eagerly
+    from xcit_dense.benchmark.measure import fallbacks
+    assert fallbacks(model) == dict(
+        compile_failure=model.compile_failure[:300])
+    assert fallbacks(randomized()) == {}
 
 
 def test_model_errors_are_not_taken_for_compiler_failures():

@@ -12,9 +12,10 @@ STEPS = {
     'tests': ('timeout -k 30 -s INT 480 python -m pytest',
               'tests/test_cuda.py -n 4 --dist worksteal'),
     'probe': ('docs/benchmark/gpu/launch_probe.py', '--no-compile'),
-    'backbone': ('xcit_small_12_p16@reference', 'xcit_small_12_p16@always+amp',
-                 'backbone_graphs', 'xcit_small_12_p16@always+amp+graphs',
-                 'backbone_graphs_train'),
+    'backbone': ('xcit_small_12_p16@reference',
+                 'xcit_small_12_p16@always+amp'),
+    'graphs': ('backbone_graphs', 'xcit_small_12_p16@always+amp+graphs',
+               'backbone_graphs_train'),
     'heads': ('mask_rcnn_swin_t@amp', 'mask_rcnn_xcit_s12@always+amp',
               'upernet_xcit_s12@always+amp'),
     'compiled': ('backbone_compiled', 'xcit_small_12_p16@compile',
@@ -31,14 +32,17 @@ def test_each_step_runs_what_it_says(step):
     assert proc.returncode == 0, proc.stderr
     for command in STEPS[step]:
         assert command in proc.stdout, command
-    # the compilations, the longest part, in their own step
+    # the compilations, the longest part, in their own step; so are the
+    # CUDA graphs
     assert ('@compile' in proc.stdout) == (step == 'compiled')
+    assert ('graphs' in proc.stdout) == (step == 'graphs')
 
 
 def _row(model, seconds, peak, **extra):
-    return dict(model=model, h=800, w=1344, batch=1, mode='infer',
-                seconds=seconds, peak_mem_gib=peak, activation_mem_gib=peak,
-                images_per_s=1 / seconds, first_call_s=1.0, **extra)
+    return dict(dict(model=model, h=800, w=1344, batch=1, mode='infer',
+                     seconds=seconds, peak_mem_gib=peak,
+                     activation_mem_gib=peak, images_per_s=1 / seconds,
+                     first_call_s=1.0), **extra)
 
 
 def test_table_from_the_steps_rows(tmp_path):
@@ -52,7 +56,12 @@ def test_table_from_the_steps_rows(tmp_path):
                       achieved_gflops_per_s=13900.0),
                  _row('xcit_small_12_p16', 0.0083, 0.30),
                  dict(model='xcit_small_12_p16@compile', h=800, w=1344,
-                      batch=1, mode='infer', error='InductorError: boom')])
+                      batch=1, mode='infer', error='InductorError: boom'),
+                 _row('xcit_small_12_p16@compile', 0.0127, 0.30, batch=2,
+                      compile_failure='BackendCompilerFailed: bang'),
+                 _row('xcit_small_12_p16@graphs', 0.0127, 0.30, batch=2),
+                 _row('xcit_small_12_p16@amp+graphs', 0.004, 0.30, batch=2,
+                      graphs_captures=1)])
     (tmp_path / 'backbone').mkdir()
     (tmp_path / 'backbone' / 'results.json').write_text(json.dumps(run))
     proc = run_tool_here('docs/benchmark/gpu/table.py', tmp_path)
@@ -68,5 +77,12 @@ def test_table_from_the_steps_rows(tmp_path):
             '0.30 | 0.75 |  |') in out
     assert '| xcit_small_12_p16@compile | 800x1344 | 1 | infer | failed: ' \
         'InductorError: boom |' in out
+    # rows that ran eagerly under a name that asks for more say so
+    assert '| xcit_small_12_p16@compile (eager, compilation failed: ' \
+        'BackendCompilerFailed: bang) | 800x1344 | 2 | infer | 12.7 |' in out
+    assert '| xcit_small_12_p16@graphs (eager, no CUDA graph captured) | ' \
+        '800x1344 | 2 | infer |' in out
+    assert '| xcit_small_12_p16@amp+graphs | 800x1344 | 2 | infer | 4.0 |' \
+        in out
     empty = run_tool_here('docs/benchmark/gpu/table.py', tmp_path / 'none')
     assert empty.returncode != 0 and 'no results.json' in empty.stderr

@@ -178,14 +178,21 @@ def step_of(item: Subject, args, variants: set) -> Callable:
 
 def timed(step: Callable, args) -> Dict:
     """Times (median after warm-up, the first call apart) and peak memory
-    of ``step``; ``'out'``: the last step's output."""
+    of ``step``; ``'out'``: the last step's output. On CUDA the peak is the
+    timed steps' (not a compilation's or a graph capture's during the
+    warm-up), allocated and reserved (a CUDA graph's memory pool is
+    reserved, its tensors are not all allocated); on the CPU the process's
+    peak RSS."""
     if args.device == 'cuda':
         torch.cuda.reset_peak_memory_stats()
         base_mem = torch.cuda.memory_allocated() / 2**30
     else:
         base_mem = _rss_gib()
-    times, row = [], {}
+    times, row, out = [], {}, None
     for i in range(args.warmup + args.repeat):
+        if i == args.warmup and args.device == 'cuda':
+            torch.cuda.reset_peak_memory_stats()
+        out = None  # the previous step's outputs are not this one's memory
         _sync(args.device)
         start = time.perf_counter()
         out = step()
@@ -197,6 +204,7 @@ def timed(step: Callable, args) -> Dict:
     if args.device == 'cuda':
         peak = torch.cuda.max_memory_allocated() / 2**30
         row['memory'] = 'cuda max allocated'
+        row['peak_reserved_gib'] = torch.cuda.max_memory_reserved() / 2**30
     else:  # ru_maxrss is in KiB on Linux
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         row['memory'] = 'peak RSS of the process'
@@ -222,6 +230,7 @@ def measure_here(args) -> dict:
                batch=args.batch, mode=args.mode, threads=args.threads,
                device=args.device)
     row.update(timed(step_of(item, args, variants), args))
+    row.update(fallbacks(item.model))
     out = row.pop('out')
     # counted after the peak memory is read: the counters trace the model
     if item.model is None or (base in SEGMENTORS and not item.losses):
@@ -229,6 +238,28 @@ def measure_here(args) -> dict:
     elif args.mode == 'infer' and item.x is not None:
         row.update(_backbone_counts(item, base, variants, args, out,
                                     row['seconds']))
+    return row
+
+
+def fallbacks(model) -> dict:
+    """What the XCiT in ``model`` (itself, or a detector's or segmentor's
+    backbone) did instead of what the row's name asked for: its failed
+    compilation (it then ran eagerly), and its CUDA graphs' captures and
+    why they stopped, so that a ``@compile`` or ``@graphs`` row that ran
+    eagerly says so."""
+    from ..models import XCiT
+    backbone = getattr(model, 'backbone', model)
+    if not isinstance(backbone, XCiT):
+        return {}
+    row = {}
+    if backbone.compile_failure is not None:
+        row['compile_failure'] = backbone.compile_failure[:300]
+    for name in ('graphs', 'training_graphs'):
+        graphs = getattr(backbone, name)
+        if graphs.captures or graphs.failure is not None:
+            row[f'{name}_captures'] = graphs.captures
+        if graphs.failure is not None:
+            row[f'{name}_failure'] = graphs.failure[:300]
     return row
 
 
@@ -283,23 +314,31 @@ def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
         flops.unsupported_ops_warnings(False)
         flops.uncalled_modules_warnings(False)
         counts = dict(gmac_per_image=flops.total() / 1e9)
-    if fast:
-        counts['executed_gmac_per_image'] = _executed_gmac(base, x)
+    executed = _executed_gmac(base, x, variants) if fast else None
+    if executed is not None:
+        counts['executed_gmac_per_image'] = executed
     return counts
 
 
-def _executed_gmac(base: str, x) -> float:
-    """Multiply-adds the XCiT fast path executes on ``x`` (inference), counted
-    by ``torch.utils.flop_counter`` on its standard-operator backend (the
-    counter does not see the oneDNN custom operators; the arithmetic is the
+def _executed_gmac(base: str, x, variants: set) -> Optional[float]:
+    """Multiply-adds the XCiT fast paths execute on ``x`` (inference) where
+    they compute other products than the published design: on the CPU, and
+    in compiled code on any device (the modules' algebraic fast paths, XCA
+    from second moments). ``None`` for eager CUDA, whose fast paths (XCA's
+    and LPI's Triton kernels, folded layers) compute the published design's
+    products. Counted by ``torch.utils.flop_counter`` on a CPU copy with
+    every fast path on and standard operators (the counter sees neither
+    oneDNN's custom operators nor Triton's kernels; the arithmetic is the
     same)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from ..models import fast_path
-    model = build_backbone(base, set(), str(x.device)).to(x.device).eval()
-    with fast_path(fused_kernels=False), torch.no_grad(), \
+    if x.device.type == 'cuda' and 'compile' not in variants:
+        return None
+    model = build_backbone(base, set(), 'cpu').eval()
+    with fast_path('always', fused_kernels=False), torch.no_grad(), \
             FlopCounterMode(display=False) as counter:
-        model(x)
+        model(x.cpu())
     return counter.get_total_flops() / 2e9  # the counter: 2 per multiply-add
 
 

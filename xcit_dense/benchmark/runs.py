@@ -3,6 +3,7 @@ is its own), and combining interleaved rounds."""
 import json
 import os
 import os.path as osp
+import signal
 import subprocess
 import sys
 
@@ -63,12 +64,28 @@ def _run_worker(model, size, batch, mode, args) -> dict:
     except subprocess.TimeoutExpired:
         return dict(stub, error=f'timeout ({args.timeout:.0f} s)')
     if proc.returncode != 0:
-        killed = proc.returncode < 0 or 'MemoryError' in proc.stderr or \
-            'out of memory' in proc.stderr
-        reason = ('out of memory' if killed else
-                  (proc.stderr.strip().splitlines() or ['failed'])[-1])
-        return dict(stub, error=reason)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        return dict(stub, error=failure_reason(proc.returncode, proc.stderr))
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        return dict(stub, error='the measurement wrote no row')
+    return json.loads(lines[-1])
+
+
+def failure_reason(returncode: int, stderr: str) -> str:
+    """One line for a measurement's failed process: out of memory where it
+    says so, the signal that killed it (a crash in a kernel or the driver
+    is SIGSEGV or SIGABRT, not memory; the kernel's out-of-memory killer
+    sends SIGKILL), else its last line of error output."""
+    if 'MemoryError' in stderr or 'out of memory' in stderr:
+        return 'out of memory'
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f'signal {-returncode}'
+        return f'killed by {name}' + (
+            ' (out of memory?)' if -returncode == signal.SIGKILL else '')
+    return (stderr.strip().splitlines() or ['failed'])[-1]
 
 
 def combine(rounds):

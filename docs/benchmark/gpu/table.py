@@ -40,6 +40,24 @@ def _tflops(r) -> str:
     return '' if rate is None else f'{rate / 1e3:.1f}'
 
 
+def _ran_otherwise(r) -> str:
+    """What a row did instead of what its name asks for (the benchmark
+    records a failed compilation and the CUDA graphs' captures)."""
+    _, variants = r['model'].split('@', 1) if '@' in r['model'] \
+        else (r['model'], '')
+    variants = set(variants.split('+'))
+    notes = []
+    if r.get('compile_failure'):
+        notes.append(f'eager, compilation failed: {r["compile_failure"]}')
+    for name in ('graphs', 'training_graphs'):
+        if r.get(f'{name}_failure'):
+            notes.append(f'eager, CUDA graphs stopped: {r[name + "_failure"]}')
+    if 'graphs' in variants and not r.get('graphs_captures') and \
+            not r.get('training_graphs_captures'):
+        notes.append('eager, no CUDA graph captured')
+    return '; '.join(n[:100] for n in notes)
+
+
 def table(report: str) -> str:
     runs = load(report)
     if not runs:
@@ -67,6 +85,10 @@ def table(report: str) -> str:
                 lines.append(f'{head} failed: {r["error"][:80]} | | | | |')
                 continue
             ratio = ratios.get((r['model'], size, r['batch'], r['mode']))
+            otherwise = _ran_otherwise(r)
+            if otherwise:
+                head = f'| {r["model"]} ({otherwise}) | {size} | ' \
+                    f'{r["batch"]} | {r["mode"]} |'
             lines.append(
                 f'{head} {1e3 * r["seconds"]:.1f} | '
                 + (f'{ratio["speedup"]:.2f}x' if ratio else '') + ' | '

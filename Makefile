@@ -6,8 +6,8 @@ DEMO_COCO := configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py
 DEMO_ADE20K := configs/ade20k/demo_upernet_xcit_nano_synthetic.py
 
 .PHONY: install demo demo-coco demo-ade20k test gpu-report wheelhouse \
-	gpu-report-tests gpu-report-probe gpu-report-backbone gpu-report-graphs \
-	gpu-report-heads gpu-report-compiled gpu-report-table
+	gpu-report-tests gpu-report-probe gpu-report-tiles gpu-report-backbone \
+	gpu-report-graphs gpu-report-heads gpu-report-compiled gpu-report-table
 
 install:
 	@VENV=$(VENV) bash tools/setup_env.sh
@@ -37,9 +37,9 @@ test: install
 	    --durations=15
 
 # On a machine with an NVIDIA GPU, in steps that each fit 10 minutes on one
-# H100 (STEP=tests, probe, backbone, graphs, heads, compiled or table;
-# default: all, in that order), each writing its rows under $(GPU_REPORT)/
-# as they come:
+# H100 (STEP=tests, probe, tiles, backbone, graphs, heads, compiled or
+# table; default: all, in that order), each writing its rows under
+# $(GPU_REPORT)/ as they come:
 #   tests     tests/test_cuda.py, every traceback and duration (tests.log),
 #             in GPU_TESTS_WORKERS processes sharing the GPU (default 4:
 #             Triton's and Inductor's compilations, and the tools the tests
@@ -52,6 +52,9 @@ test: install
 #             (policy_probe.json, the CUDA column of the policy), kernel
 #             launches against GPU time, CUDA graphs (inference and training
 #             steps) (launch_probe.jsonl)
+#   tiles     the Triton kernels' tile sizes and warps: XCA's and LPI's
+#             forward and backward at XCiT-S12's shapes under each
+#             candidate, fp32, bf16 and fp16 (tile_sweep.jsonl)
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
 #             straightforward, default, every fast path (on CUDA: XCA's
 #             Triton kernels and the CPU-tuned paths); fp32 and AMP;
@@ -69,7 +72,7 @@ test: install
 #             (launch_probe_compiled.jsonl)
 #   table     the README's GPU table from the rows above (table.md)
 GPU_REPORT ?= work_dirs/gpu_report
-GPU_STEPS := tests probe backbone graphs heads compiled table
+GPU_STEPS := tests probe tiles backbone graphs heads compiled table
 GPU_TESTS_S ?= 480
 GPU_TESTS_WORKERS ?= 4
 STEP ?= all
@@ -98,6 +101,10 @@ gpu-report-probe:
 	@mkdir -p $(GPU_REPORT)
 	$(PY) docs/benchmark/gpu/policy_probe.py --out $(GPU_REPORT)/policy_probe.json
 	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT) --no-compile
+
+gpu-report-tiles:
+	@mkdir -p $(GPU_REPORT)
+	$(PY) docs/benchmark/gpu/tile_sweep.py --out $(GPU_REPORT)
 
 gpu-report-backbone:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone --sizes 800x1344 \

@@ -12,6 +12,7 @@ STEPS = {
     'tests': ('timeout -k 30 -s INT 480 python -m pytest',
               'tests/test_cuda.py -n 4 --dist worksteal'),
     'probe': ('docs/benchmark/gpu/launch_probe.py', '--no-compile'),
+    'tiles': ('docs/benchmark/gpu/tile_sweep.py', ),
     'backbone': ('xcit_small_12_p16@reference',
                  'xcit_small_12_p16@always+amp'),
     'graphs': ('backbone_graphs', 'xcit_small_12_p16@always+amp+graphs',
@@ -86,3 +87,31 @@ def test_table_from_the_steps_rows(tmp_path):
         in out
     empty = run_tool_here('docs/benchmark/gpu/table.py', tmp_path / 'none')
     assert empty.returncode != 0 and 'no results.json' in empty.stderr
+
+
+def test_tile_sweep_runs_every_candidate_and_tabulates(tmp_path):
+    """``STEP=tiles``, interpreted at a tiny size with more tokens than one
+    tile (the times mean nothing here): a row per candidate, the default
+    first, each candidate's results those of the default's tiles, the
+    module constants put back after, and the fastest in the GPU table."""
+    from xcit_dense.models.ops import lpi_kernels, xca_kernels
+    before = (dict(xca_kernels.TILES), xca_kernels.BLOCK_N,
+              lpi_kernels.TILE_WARPS, lpi_kernels.BLOCK_N)
+    proc = run_tool_here('docs/benchmark/gpu/tile_sweep.py', '--out',
+                         tmp_path, '--dtypes', 'float32', '--size', '5x9',
+                         '--channels', '32', '--heads', '2', '--warmup', '0',
+                         '--repeat', '1', '--limit', '2')
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in
+            (tmp_path / 'tile_sweep.jsonl').read_text().splitlines()]
+    assert [(r['part'], r['default']) for r in rows] == [
+        ('xca', True), ('xca', False), ('lpi', True), ('lpi', False)]
+    assert rows[1]['constants']['TILES']['ieee'] == [32, 4]
+    assert rows[3]['constants'] == dict(TILE_WARPS=4, BLOCK_N=32, BLOCK_C=64)
+    assert all(r['ms'] > 0 and r['max_rel_diff_vs_default'] < 1e-5
+               for r in rows), rows
+    assert (dict(xca_kernels.TILES), xca_kernels.BLOCK_N,
+            lpi_kernels.TILE_WARPS, lpi_kernels.BLOCK_N) == before
+    out = run_tool_here('docs/benchmark/gpu/table.py', tmp_path).stdout
+    assert '| part | dtype | default (ms) | fastest (ms) |' in out
+    assert out.count('| float32 |') == 2

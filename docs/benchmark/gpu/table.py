@@ -2,12 +2,14 @@
 
 Reads ``tools/benchmark.py``'s ``results.json`` in each step's folder of the
 report (``backbone/``, ``backbone_graphs/``, ``backbone_graphs_train/``,
-``backbone_compiled/``, ``heads/``, ``heads_ade20k/``) and prints one
-markdown table: every measured row with its time, its speed-up and peak
-memory against the straightforward computation of the same precision in the
-same run (``@reference`` / ``@reference+amp``), and the achieved TFLOP/s
-beside the GPU's measured matmul rate; above it, the GPU, PyTorch, CUDA and
-the command. Rows that failed show their error. Run::
+``backbone_compiled/``, ``heads/``, ``heads_ade20k/``) and prints a
+markdown table per step: every measured row with its time, its speed-up
+and peak memory against the straightforward computation of the same
+precision in the same run (``@reference`` / ``@reference+amp``), and the
+achieved TFLOP/s beside the GPU's measured matmul rate; above it, the GPU,
+PyTorch, CUDA and the command. Rows that failed show their error. After
+them, from ``tile_sweep.jsonl`` (``STEP=tiles``), the Triton kernels'
+default tiles against the fastest candidate, per part and dtype. Run::
 
     python docs/benchmark/gpu/table.py work_dirs/gpu_report > table.md
 """
@@ -58,11 +60,47 @@ def _ran_otherwise(r) -> str:
     return '; '.join(n[:100] for n in notes)
 
 
+#: the tests' tolerances of the kernels against fp32 (tests/test_cuda.py)
+TOLERANCE = {'float32': 1e-4, 'float16': 4e-3, 'bfloat16': 3e-2}
+
+
+def tile_table(report: str) -> list:
+    """Lines of the tile sweep's table: per part and dtype, the default's
+    time and the fastest candidate's, with its constants."""
+    path = osp.join(report, 'tile_sweep.jsonl')
+    if not osp.isfile(path):
+        return []
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    lines = ['**tiles**: `python docs/benchmark/gpu/tile_sweep.py` (forward '
+             'and backward, ms; the fastest among the candidates within the '
+             "tests' tolerance of the default's results: fp32 1e-4, fp16 "
+             '4e-3, bf16 3e-2)', '',
+             '| part | dtype | default (ms) | fastest (ms) | its constants |'
+             ' failed |', '|' + ' --- |' * 6]
+    for key in dict.fromkeys((r['part'], r['dtype']) for r in rows):
+        group = [r for r in rows if (r['part'], r['dtype']) == key]
+        default = next((r for r in group if r['default']), {})
+        ok = [r for r in group if 'ms' in r and
+              r.get('max_rel_diff_vs_default', 1) <= TOLERANCE[r['dtype']]]
+        best = min(ok, key=lambda r: r['ms']) if ok else {}
+        failed = sum('error' in r for r in group)
+        cells = [*key, f'{default["ms"]:.3f}' if 'ms' in default
+                 else 'failed',
+                 f'{best["ms"]:.3f}' if best else '',
+                 f'`{json.dumps(best["constants"])}`' if best else '',
+                 str(failed)]
+        lines.append('| ' + ' | '.join(cells) + ' |')
+    return lines + ['']
+
+
 def table(report: str) -> str:
     runs = load(report)
-    if not runs:
+    tiles = tile_table(report)
+    if not runs and not tiles:
         raise SystemExit(f'{report}: no results.json under '
-                         f'{", ".join(STEPS)} (run make gpu-report first)')
+                         f'{", ".join(STEPS)} and no tile_sweep.jsonl (run '
+                         'make gpu-report first)')
     lines = []
     for step, run in runs.items():
         machine = run.get('machine', {})
@@ -96,7 +134,7 @@ def table(report: str) -> str:
                 + (f'{ratio["peak_mem_ratio"]:.2f}' if ratio else '') + ' | '
                 f'{_tflops(r)} |')
         lines.append('')
-    return '\n'.join(lines)
+    return '\n'.join(lines + tiles)
 
 
 if __name__ == '__main__':

@@ -61,9 +61,11 @@ def _train(config, work, *args):
     return proc.stdout + proc.stderr
 
 
-def _interrupt(command, log, pattern, signum, pids=None):
+def _interrupt(command, log, pattern, signum, pids=None, group=False):
     """Start ``command``, send ``signum`` once its log matches ``pattern``
-    (to ``pids(process)`` if given), return its exit status and log."""
+    (to ``pids(process)`` if given; to every process it started, dataloader
+    workers included, with ``group``, as schedulers do), return its exit
+    status and log."""
     env = dict(os.environ, PYTHON=sys.executable)
     with open(log, 'w') as out:
         proc = subprocess.Popen(command, cwd=REPO, stdout=out,
@@ -74,7 +76,9 @@ def _interrupt(command, log, pattern, signum, pids=None):
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.time() < deadline, 'the pattern never appeared'
             time.sleep(0.1)
-        for pid in (pids(proc) if pids else [proc.pid]):
+        if group:
+            os.killpg(proc.pid, signum)
+        for pid in ([] if group else pids(proc) if pids else [proc.pid]):
             os.kill(pid, signum)
         code = proc.wait(timeout=300)
         if signum == signal.SIGKILL:  # its workers too
@@ -147,9 +151,12 @@ def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
     work = tmp_path / 'work'
     train = [sys.executable, 'tools/train.py', str(config), '--work-dir',
              str(work)]
-    # SIGTERM in epoch 1: a checkpoint of the iteration in flight, status 75
+    # SIGTERM in epoch 1, to every process of the run as a scheduler sends
+    # it (the dataloader workers carry on until the training process shuts
+    # them down): a checkpoint of the iteration in flight, status 75
     code, log = _interrupt(train, tmp_path / 'term.log',
-                           r'Epoch\(train\) \[1\]\[3/4\]', signal.SIGTERM)
+                           r'Epoch\(train\) \[1\]\[3/4\]', signal.SIGTERM,
+                           group=True)
     assert code == 75, log[-3000:]
     m = re.search(r'SIGTERM received: saved the state after iteration (\d+) '
                   r'to (\S+) and stopping \(exit status 75\)', log)
@@ -282,3 +289,26 @@ def test_slurm_script_asks_for_the_signal_and_requeues(tmp_path):
                      r'--launcher=slurm', srun), srun
     assert (tmp_path / 'scontrol_args').read_text().split() == [
         'requeue', '4242']
+
+
+def test_workers_ignore_a_stop_signal_from_elsewhere_only():
+    """A dataloader worker started with ``StopSignalTolerant`` carries on
+    after a SIGTERM from another process (the job's, which PyTorch's worker
+    dies of), and exits quietly on one from its parent (the DataLoader
+    shutting it down, as PyTorch's does)."""
+    from torch.utils.data import DataLoader
+
+    from xcit_dense.training.workers import tolerate_stop_signal
+    loader = DataLoader(list(range(6)), batch_size=1, num_workers=1,
+                        persistent_workers=True)
+    tolerate_stop_signal(loader)
+    iterator = iter(loader)
+    assert next(iterator).item() == 0
+    worker = iterator._workers[0]
+    subprocess.run(['kill', '-TERM', str(worker.pid)], check=True)
+    time.sleep(0.5)
+    assert [batch.item() for batch in iterator] == [1, 2, 3, 4, 5]
+    assert worker.is_alive()
+    os.kill(worker.pid, signal.SIGTERM)  # from the parent
+    worker.join(timeout=10)
+    assert worker.exitcode == 0

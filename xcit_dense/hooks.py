@@ -10,6 +10,7 @@ from mmengine.logging import print_log
 from .checkpoint.published import is_published, model_weights, refuse_resume
 from .registry import HOOKS
 from .training import AtomicLocalBackend
+from .training.workers import tolerate_stop_signal
 
 
 @HOOKS.register_module()
@@ -105,6 +106,11 @@ class PreemptionHook(Hook):
     def before_train(self, runner) -> None:
         for signum in self.signals:
             self._previous[signum] = signals.signal(signum, self._note)
+        # a SIGTERM sent to every process of the job must not end the
+        # dataloader workers the iteration in flight needs
+        for loop in (runner.train_loop, runner.val_loop):
+            if loop is not None:
+                tolerate_stop_signal(getattr(loop, 'dataloader', None))
 
     def after_train(self, runner) -> None:
         for signum, handler in self._previous.items():

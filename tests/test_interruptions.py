@@ -291,6 +291,34 @@ def test_slurm_script_asks_for_the_signal_and_requeues(tmp_path):
         'requeue', '4242']
 
 
+def test_training_loader_workers_outlive_a_stop_signal_to_the_job(
+        tiny_coco, tmp_path):
+    """The resumable loops' training loader starts its workers with
+    ``StopSignalTolerant`` from its first iterator on (mmengine's iteration
+    loop creates it in its constructor, before any hook runs): a worker of
+    the demo's loader signalled by another process still loads the next
+    batch."""
+    from types import SimpleNamespace
+
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmengine.runner import Runner
+
+    from xcit_dense.training.loops import resumable_dataloader
+    cfg = Config.fromfile(_config(tmp_path, tiny_coco, 'iter', workers=1))
+    runner = SimpleNamespace(seed=0, _randomness_cfg={},
+                             build_dataloader=Runner.build_dataloader)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        loader = resumable_dataloader(runner, cfg.train_dataloader)
+        iterator = iter(loader)
+        next(iterator)
+        worker = iterator._workers[0]
+        subprocess.run(['kill', '-TERM', str(worker.pid)], check=True)
+        time.sleep(0.5)
+        assert next(iterator)['inputs'][0].shape[0] == 3
+        assert worker.is_alive()
+
+
 def test_workers_ignore_a_stop_signal_from_elsewhere_only():
     """A dataloader worker started with ``StopSignalTolerant`` carries on
     after a SIGTERM from another process (the job's, which PyTorch's worker

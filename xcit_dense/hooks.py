@@ -107,7 +107,9 @@ class PreemptionHook(Hook):
         for signum in self.signals:
             self._previous[signum] = signals.signal(signum, self._note)
         # a SIGTERM sent to every process of the job must not end the
-        # dataloader workers the iteration in flight needs
+        # dataloader workers the iteration in flight needs: those started
+        # from now on (validation's; the training loaders of this package's
+        # loops have theirs so from the start)
         for loop in (runner.train_loop, runner.val_loop):
             if loop is not None:
                 tolerate_stop_signal(getattr(loop, 'dataloader', None))

@@ -29,10 +29,15 @@ from mmengine.runner import IterBasedTrainLoop as MMEngineIterLoop
 from ..registry import LOOPS
 from .sampling import SeededSamples
 from .seeding import ITERATION, position_seed, seed_everything
+from .workers import tolerate_stop_signal
 
 
 def resumable_dataloader(runner, dataloader):
-    """The dataloader config with seeded samples and resumable batches."""
+    """The training DataLoader, built from its config as mmengine's loops
+    build it, with seeded samples and resumable batches, and workers that
+    outlive a SIGTERM sent to the whole job (:mod:`.workers`: set before
+    the loader's first iterator, which mmengine's iteration loop creates in
+    its constructor, so persistent workers start with it)."""
     if not isinstance(dataloader, dict):
         raise TypeError(
             'The resumable training loops build their dataloader from a '
@@ -52,7 +57,11 @@ def resumable_dataloader(runner, dataloader):
         batch_sampler=cfg.get('batch_sampler'),
         drop_last=cfg.pop('drop_last', False),
         seed=runner.seed or 0, rank=get_rank())
-    return cfg
+    loader = runner.build_dataloader(
+        cfg, seed=runner.seed,
+        diff_rank_seed=runner._randomness_cfg.get('diff_rank_seed', False))
+    tolerate_stop_signal(loader)
+    return loader
 
 
 class _Resumable:

@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
+from xcit_dense.benchmark.names import parse_model  # noqa: E402
 from xcit_dense.benchmark.report import ratio_rows  # noqa: E402
 
 STEPS = ('backbone', 'backbone_graphs', 'backbone_graphs_train',
@@ -45,9 +46,7 @@ def _tflops(r) -> str:
 def _ran_otherwise(r) -> str:
     """What a row did instead of what its name asks for (the benchmark
     records a failed compilation and the CUDA graphs' captures)."""
-    _, variants = r['model'].split('@', 1) if '@' in r['model'] \
-        else (r['model'], '')
-    variants = set(variants.split('+'))
+    _, variants = parse_model(r['model'])
     notes = []
     if r.get('compile_failure'):
         notes.append(f'eager, compilation failed: {r["compile_failure"]}')

@@ -71,10 +71,11 @@ def tile_table(report: str) -> list:
         return []
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
+    tolerances = ', '.join(f'{dtype} {tol:g}'
+                           for dtype, tol in TOLERANCE.items())
     lines = ['**tiles**: `python docs/benchmark/gpu/tile_sweep.py` (forward '
              'and backward, ms; the fastest among the candidates within the '
-             "tests' tolerance of the default's results: fp32 1e-4, fp16 "
-             '4e-3, bf16 3e-2)', '',
+             f"tests' tolerance of the default's results: {tolerances})", '',
              '| part | dtype | default (ms) | fastest (ms) | its constants |'
              ' failed |', '|' + ' --- |' * 6]
     for key in dict.fromkeys((r['part'], r['dtype']) for r in rows):

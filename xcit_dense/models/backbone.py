@@ -247,7 +247,8 @@ class XCiT(BaseModule):
             return self._forward_pyramid(x)
         compiled = self.__dict__.get('_compiled_forward')
         if compiled is None:  # compiled lazily, on the first call
-            compiled = torch.compile(type(self)._forward_pyramid, **options)
+            compiled = torch.compile(type(self)._forward_pyramid,
+                                     **_inductor_fixes(options))
             self.__dict__['_compiled_forward'] = compiled
         try:
             with _backward_compiled_with_forward():
@@ -380,6 +381,23 @@ class XCiT(BaseModule):
             self._is_init = True
             return
         super().init_weights()
+
+
+def _inductor_fixes(options: dict) -> dict:
+    """``options`` for ``torch.compile``, less what is known to fail:
+    Inductor's memory-coalescing analysis of tiled kernels (PyTorch 2.11,
+    ``tiling_utils.get_pw_red_splits``) asserts on the backbone's training
+    graph with dynamic shapes (H200, 2026-11-25; its config notes that it
+    does not apply to dynamic shapes yet), so it is off where shapes may
+    become dynamic (``dynamic`` not ``False``). Only for Inductor and where
+    no ``mode`` or ``options`` were given, which ``torch.compile`` takes one
+    at a time."""
+    if options.get('dynamic') is False or 'mode' in options or \
+            'options' in options or \
+            options.get('backend', 'inductor') != 'inductor':
+        return options
+    return dict(options,
+                options={'triton.coalesce_tiling_analysis': False})
 
 
 def _backward_compiled_with_forward():

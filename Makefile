@@ -49,6 +49,7 @@ test: install
 #             prints what passed and failed so far (a test deaf to the
 #             interrupt is killed 30 s later)
 #   probe     where the time goes: each part's fast path on and off alone
+#             (in 3 rounds of rotated order: in one process the order weighs)
 #             (policy_probe.json, the CUDA column of the policy), kernel
 #             launches against GPU time, CUDA graphs (inference and training
 #             steps) (launch_probe.jsonl)
@@ -99,7 +100,8 @@ gpu-report-tests:
 
 gpu-report-probe:
 	@mkdir -p $(GPU_REPORT)
-	$(PY) docs/benchmark/gpu/policy_probe.py --out $(GPU_REPORT)/policy_probe.json
+	$(PY) docs/benchmark/gpu/policy_probe.py --repeat 5 --rounds 3 \
+	    --out $(GPU_REPORT)/policy_probe.json
 	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT) --no-compile
 
 gpu-report-tiles:

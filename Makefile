@@ -57,9 +57,10 @@ test: install
 #             forward and backward at XCiT-S12's shapes under each
 #             candidate, fp32, bf16 and fp16 (tile_sweep.jsonl)
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
-#             straightforward, default, every fast path (on CUDA: XCA's
-#             Triton kernels and the CPU-tuned paths); fp32 and AMP;
-#             inference (batch 1, 2) and training steps (backbone/)
+#             straightforward, default, every fast path (on CUDA: XCA's and
+#             LPI's Triton kernels); fp32, fp16 AMP and bf16 autocast;
+#             inference at batch 1 (backbone/), training steps at batch 2
+#             (backbone_train/): 14 processes, about 20 s each on an H200
 #   graphs    the same backbone's inference replayed from CUDA graphs
 #             (backbone_graphs/), and its AMP training steps
 #             (backbone_graphs_train/), beside their straightforward rows
@@ -81,6 +82,12 @@ STEP ?= all
 # minutes are gone
 GPU_BENCH := $(PY) tools/benchmark.py --device cuda --repeat 20 --warmup 3 \
     --timeout 300
+# the issue's targets: inference at batch 1, training steps at batch 2;
+# straightforward, default, every fast path; fp32, fp16 autocast (AMP as
+# mmengine's AmpOptimWrapper runs it) and the backbone's own bf16 autocast
+GPU_BACKBONE_ROWS := xcit_small_12_p16@reference xcit_small_12_p16 \
+    xcit_small_12_p16@always xcit_small_12_p16@reference+amp \
+    xcit_small_12_p16@amp xcit_small_12_p16@always+amp xcit_small_12_p16@bf16
 
 gpu-report: install
 	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make gpu-report: PyTorch sees no CUDA device on this machine")'
@@ -110,10 +117,9 @@ gpu-report-tiles:
 
 gpu-report-backbone:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone --sizes 800x1344 \
-	    --models xcit_small_12_p16@reference xcit_small_12_p16 \
-	    xcit_small_12_p16@always xcit_small_12_p16@reference+amp \
-	    xcit_small_12_p16@amp xcit_small_12_p16@always+amp \
-	    --batch 1 2 --modes infer train
+	    --models $(GPU_BACKBONE_ROWS) --batch 1 --modes infer
+	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_train --sizes 800x1344 \
+	    --models $(GPU_BACKBONE_ROWS) --batch 2 --modes train
 
 gpu-report-graphs:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs --sizes 800x1344 \

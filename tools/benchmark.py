@@ -28,14 +28,15 @@ Models:
                  side-by-side ratios;
       always     ``fast_path='always'``: every fast path, whatever the
                  policy says for the device (the default row follows it:
-                 on CUDA, eager, the straightforward computation);
+                 on the CPU and on CUDA, every fast path too);
       compile    ``compile_cfg=True`` (torch.compile, Inductor);
       graphs     ``cuda_graphs='train'``: inference and training steps on
                  CUDA replayed from a CUDA graph per input shape (a training
                  step from its third call: give --warmup 3 or more);
-      bf16       ``autocast_dtype='bfloat16'`` (float16 on CUDA): the
-                 backbone under autocast, fp32 maps out; the output
-                 difference to fp32 is reported;
+      bf16       ``autocast_dtype='bfloat16'``: the backbone under bf16
+                 autocast (on CUDA too: no loss scaling, against ``amp``'s
+                 float16), fp32 maps out; the output difference to fp32 is
+                 reported;
       cp         ``with_cp=True`` (gradient checkpointing);
       amp        mixed precision as mmengine's ``AmpOptimWrapper`` runs it:
                  the whole step under ``torch.autocast`` (float16 on CUDA,

@@ -4,16 +4,13 @@ from our configs and mmdet's."""
 from .names import DETECTORS, SEGMENTORS, config_path
 
 
-def build_backbone(base: str, variants: set, device: str):
+def build_backbone(base: str, variants: set):
     """A backbone by benchmark name, random weights."""
-    import torch
     if base.startswith('xcit_'):
         from ..models import XCiT
-        amp_dtype = 'bfloat16' if torch.device(device).type == 'cpu' \
-            else 'float16'
         return XCiT(arch=base[len('xcit_'):], with_cp='cp' in variants,
                     compile_cfg=True if 'compile' in variants else None,
-                    autocast_dtype=amp_dtype if 'bf16' in variants else None,
+                    autocast_dtype='bfloat16' if 'bf16' in variants else None,
                     fast_path=False if 'reference' in variants else
                     'always' if 'always' in variants else True,
                     cuda_graphs='train' if 'graphs' in variants else False)
@@ -130,7 +127,7 @@ def build_exportable(base: str):
         return build_detector_graph(base)
     from ..deploy import FeatureGraph
     holder = torch.nn.Module()
-    holder.backbone = build_backbone(base, {'reference'}, 'cpu').eval()
+    holder.backbone = build_backbone(base, {'reference'}).eval()
     return FeatureGraph(holder, with_neck=False)
 
 

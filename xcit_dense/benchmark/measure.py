@@ -127,7 +127,7 @@ def subject(args, base: str, variants: set) -> Subject:
         return Subject(model, lambda: model(x), x, False)
     if base in DETECTORS:
         return _detector_subject(args, base, variants)
-    model = build_backbone(base, variants, args.device).to(args.device)
+    model = build_backbone(base, variants).to(args.device)
     model.train(args.mode == 'train')
     x = torch.randn(args.batch, 3, h, w, device=args.device)
     return Subject(model, lambda: model(x), x, False)
@@ -273,7 +273,7 @@ def _backbone_counts(item: Subject, base: str, variants: set, args,
     counts['achieved_gflops_per_s'] = 2 * gmac * args.batch / seconds
     if base.startswith('xcit_') and 'reference' not in variants:
         # the same weights in a model built with fast_path=False
-        reference = build_backbone(base, {'reference'}, args.device)
+        reference = build_backbone(base, {'reference'})
         reference.load_state_dict(item.model.state_dict())
         with torch.no_grad():
             refs = reference.to(args.device).eval()(item.x)
@@ -307,7 +307,7 @@ def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
     code) and, for the XCiT fast path, ``executed_gmac_per_image``."""
     from mmengine.analysis import FlopAnalyzer
     fast = base.startswith('xcit_') and 'reference' not in variants
-    counted = build_backbone(base, {'reference'}, device).to(device).eval() \
+    counted = build_backbone(base, {'reference'}).to(device).eval() \
         if fast else model
     with torch.no_grad():
         flops = FlopAnalyzer(counted, x)
@@ -335,7 +335,7 @@ def _executed_gmac(base: str, x, variants: set) -> Optional[float]:
     from ..models import fast_path
     if x.device.type == 'cuda' and 'compile' not in variants:
         return None
-    model = build_backbone(base, set(), 'cpu').eval()
+    model = build_backbone(base, set()).eval()
     with fast_path('always', fused_kernels=False), torch.no_grad(), \
             FlopCounterMode(display=False) as counter:
         model(x.cpu())

@@ -1,8 +1,9 @@
 """The README's GPU table from ``make gpu-report``'s rows.
 
 Reads ``tools/benchmark.py``'s ``results.json`` in each step's folder of the
-report (``backbone/``, ``backbone_graphs/``, ``backbone_graphs_train/``,
-``backbone_compiled/``, ``heads/``, ``heads_ade20k/``) and prints a
+report (``backbone/``, ``backbone_train/``, ``backbone_graphs/``,
+``backbone_graphs_train/``, ``backbone_compiled/``, ``heads/``,
+``heads_ade20k/``) and prints a
 markdown table per step: every measured row with its time, its speed-up
 and peak memory against the straightforward computation of the same
 precision in the same run (``@reference`` / ``@reference+amp``), and the
@@ -23,7 +24,8 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
 from xcit_dense.benchmark.names import parse_model  # noqa: E402
 from xcit_dense.benchmark.report import ratio_rows  # noqa: E402
 
-STEPS = ('backbone', 'backbone_graphs', 'backbone_graphs_train',
+STEPS = ('backbone', 'backbone_train', 'backbone_graphs',
+         'backbone_graphs_train',
          'backbone_compiled', 'heads', 'heads_ade20k')
 
 

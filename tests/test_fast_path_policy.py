@@ -280,8 +280,8 @@ def test_gradients_of_a_module_swapped_in_keep_their_strides():
 
 def test_gpu_policy_probe_runs(tmp_path, monkeypatch):
     """The probe behind the CUDA column (make gpu-report) on the CPU at a
-    tiny size: every part forced on and off alone in every scenario, in
-    rounds."""
+    tiny size: every part forced on and off alone in every scenario; the
+    rounds' orders."""
     import json
     import runpy
     import sys
@@ -290,8 +290,8 @@ def test_gpu_policy_probe_runs(tmp_path, monkeypatch):
     out = tmp_path / 'probe.json'
     monkeypatch.setattr(sys, 'argv', [
         'policy_probe.py', '--out', str(out), '--device', 'cpu', '--arch',
-        'nano_12_p16', '--size', '32x32', '--warmup', '0', '--repeat', '1',
-        '--rounds', '2'])
+        'nano_12_p16', '--size', '64x96', '--warmup', '0', '--repeat', '1',
+        '--rounds', '1'])
     runpy.run_path(str(REPO / 'docs/benchmark/gpu/policy_probe.py'),
                    run_name='__main__')
     rows = json.loads(out.read_text())
@@ -299,4 +299,8 @@ def test_gpu_policy_probe_runs(tmp_path, monkeypatch):
     assert len(configs) == 2 + 2 * len(policy.POLICY)
     assert {'reference', 'all', 'ref+xca', 'all-xca'} <= configs
     assert len(rows) == 5 * len(configs) and all(r['ms'] > 0 for r in rows)
-    assert all(len(r['ms_rounds']) == 2 for r in rows)
+    assert all(len(r['ms_rounds']) == 1 for r in rows)
+    rotations = runpy.run_path(
+        str(REPO / 'docs/benchmark/gpu/policy_probe.py'))['rotations']
+    orders = rotations(list('abcdefg'), 3)
+    assert [''.join(o) for o in orders] == ['abcdefg', 'cdefgab', 'efgabcd']

@@ -113,6 +113,13 @@ def _reset_peak(device):
         torch.cuda.reset_peak_memory_stats()
 
 
+def rotations(items, rounds):
+    """``rounds`` orders of ``items``, each starting ``len(items) /
+    rounds`` further on, so that every item is measured early and late."""
+    return [items[r * len(items) // rounds:] + items[:r * len(items) // rounds]
+            for r in range(rounds)]
+
+
 def eager_rows(args, scenarios, emit):
     """Every part on and off alone, eager, in ``--rounds`` rounds per
     scenario, each round starting at another configuration: in one
@@ -131,9 +138,8 @@ def eager_rows(args, scenarios, emit):
         x = torch.randn(batch, 3, h, w, device=args.device)
         step = scenario_step(model, mode, amp, x)
         times, peaks = {}, {}
-        for rnd in range(args.rounds):
-            start = rnd * len(configs) // args.rounds
-            for label, on in configs[start:] + configs[:start]:
+        for order in rotations(configs, args.rounds):
+            for label, on in order:
                 set_parts(model, on)
                 _reset_peak(args.device)
                 times.setdefault(label, []).append(

@@ -333,6 +333,36 @@ def test_kernels_are_probed_for_what_they_will_run(monkeypatch):
         (16, True, True, fp32, None), (None, None, None, None, 16)]
 
 
+def test_syncbn_over_processes_is_probed_for_its_statistics(monkeypatch):
+    """SyncBN that synchronises (training, several processes) computes its
+    statistics in two more variants of the statistics kernel (the
+    process's batch statistics without an update, then the combined
+    ones): its probe runs them too, so that they never first compile in
+    the middle of a run; a BatchNorm2d's probe does not."""
+    from xcit_dense.models.ops import triton_support
+    monkeypatch.setattr(triton_support, '_VERDICTS', {})
+    seen = []
+    statistics_of = lpi_kernels._statistics_of
+
+    def recorded(moments, B, N, C, weight, bias, mean, var, eps, batch,
+                 factor, group):
+        seen.append((batch, factor is not None))
+        return statistics_of(moments, B, N, C, weight, bias, mean, var, eps,
+                             batch, factor, group)
+    monkeypatch.setattr(lpi_kernels, '_statistics_of', recorded)
+    cpu, fp32 = torch.device('cpu'), torch.float32
+    assert lpi_kernels.works(cpu, fp32, nn.BatchNorm2d(8).train(), fp32)
+    assert set(seen) == {(True, True)}
+    seen.clear()
+    sync = nn.SyncBatchNorm(8).train()
+    assert lpi_kernels.works(cpu, fp32, sync, fp32)  # no process group
+    assert seen == []  # the same variant as BatchNorm2d's: probed already
+    monkeypatch.setattr(lpi_kernels, 'synchronising_group',
+                        lambda bn: 'group' if bn is sync else None)
+    assert lpi_kernels.works(cpu, fp32, sync, fp32)
+    assert set(seen) == {(True, True), (True, False), (False, False)}
+
+
 def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
         kernels_on_the_cpu, monkeypatch):
     """Where Triton cannot compile or run XCA's or LPI's kernels (their

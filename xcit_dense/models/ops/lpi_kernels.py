@@ -511,13 +511,19 @@ def batch_norm_mode(bn: nn.BatchNorm2d
         factor = 1 / float(bn.num_batches_tracked) \
             if bn.momentum is None else bn.momentum
     batch = bn.training or bn.running_mean is None
-    group = None
-    if type(bn) is nn.SyncBatchNorm and bn.training and \
-            dist.is_available() and dist.is_initialized():
-        group = bn.process_group or dist.group.WORLD
-        if dist.get_world_size(group) == 1:
-            group = None
-    return batch, factor, group
+    return batch, factor, synchronising_group(bn)
+
+
+def synchronising_group(bn: nn.BatchNorm2d
+                        ) -> Optional['dist.ProcessGroup']:
+    """The process group over which ``bn`` synchronises its statistics now:
+    an ``nn.SyncBatchNorm`` in training, distributed over several
+    processes; else None."""
+    if type(bn) is not nn.SyncBatchNorm or not bn.training or \
+            not dist.is_available() or not dist.is_initialized():
+        return None
+    group = bn.process_group or dist.group.WORLD
+    return group if dist.get_world_size(group) > 1 else None
 
 
 def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
@@ -548,23 +554,31 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
 
 def probe(device: torch.device, dtype: torch.dtype, channels: int,
           batch: bool, update: bool, residual_dtype: torch.dtype,
-          backward: bool) -> None:
+          backward: bool, synced: bool = False) -> None:
     """The kernels on a tiny input (``channels`` channels, a 2 x 3 grid),
     with and without a residual of ``residual_dtype``, BatchNorm on the
     ``batch`` statistics (or its running ones), ``update``-ing its running
-    ones; and ``backward``."""
+    ones; and ``backward``. ``synced`` (SyncBN over several processes):
+    also the statistics kernel's variants that combine the processes'
+    statistics (the batch's without an update, then given ones), which a
+    single process reaches with BatchNorm without running statistics and
+    in eval mode."""
     conv1, conv2 = (nn.Conv2d(channels, channels, 3, padding=1,
                               groups=channels).to(device) for _ in range(2))
-    bn = nn.BatchNorm2d(channels, track_running_stats=update or not batch)
-    bn.to(device).train(update)
     y = torch.randn(1, 6, channels, device=device, dtype=dtype,
                     requires_grad=backward)
     residual = torch.randn(1, 6, channels, device=device,
                            dtype=residual_dtype, requires_grad=backward)
-    for res in (None, residual):
-        out = local_interaction(y, 2, 3, conv1, bn, conv2, residual=res)
-        if backward:
-            torch.autograd.grad(out.float().sum(), [y, *conv1.parameters()])
+    modes = [(batch, update)] + ([(True, False), (False, False)]
+                                 if synced else [])
+    for batch, update in modes:
+        bn = nn.BatchNorm2d(channels, track_running_stats=update or not batch)
+        bn.to(device).train(batch)
+        for res in (None, residual):
+            out = local_interaction(y, 2, 3, conv1, bn, conv2, residual=res)
+            if backward and (batch, update) == modes[0]:
+                torch.autograd.grad(out.float().sum(),
+                                    [y, *conv1.parameters()])
 
 
 def works(device: torch.device, dtype: torch.dtype, bn: nn.BatchNorm2d,
@@ -577,4 +591,5 @@ def works(device: torch.device, dtype: torch.dtype, bn: nn.BatchNorm2d,
         "LPI", device, dtype, probe, channels=bn.num_features,
         batch=bn.training or bn.running_mean is None,
         update=bn.training and bn.track_running_stats,
-        residual_dtype=residual_dtype, backward=torch.is_grad_enabled())
+        residual_dtype=residual_dtype, backward=torch.is_grad_enabled(),
+        synced=synchronising_group(bn) is not None)

@@ -247,6 +247,40 @@ def test_backbone_on_the_kernels_matches_the_straightforward_one(
         torch.testing.assert_close(buf, ref_buf, rtol=0, atol=1e-5)
 
 
+def test_kernels_first_probed_inside_a_checkpoint(kernels_on_the_cpu,
+                                                 monkeypatch):
+    """``with_cp``: the kernels' probe first runs inside a checkpointed
+    block (in a thread of its own: ``triton_support._apart``), so the
+    checkpoint's recomputation saves what its forward saved, and the
+    output, gradients and BatchNorm statistics are the straightforward
+    computation's. (Recording its tensors with the checkpoint's, the probe
+    stopped the backward with a CheckpointError.)"""
+    from torch.utils.checkpoint import checkpoint
+
+    from xcit_dense.models.ops import triton_support
+    monkeypatch.setattr(triton_support, '_VERDICTS', {})
+    calls = []
+    kernels = lpi_kernels._LocalInteraction.apply
+    monkeypatch.setattr(lpi_kernels._LocalInteraction, 'apply',
+                        lambda *a: calls.append(1) or kernels(*a))
+    torch.manual_seed(0)
+    module = lpi.LPI(24).train()
+    ref = copy.deepcopy(module)
+    x = torch.randn(2, 12, 24)
+    outs = []
+    for m, setting in ((module, True), (ref, False)):
+        xi = x.clone().requires_grad_()
+        with fast_path(setting):
+            out = checkpoint(m, xi, 3, 4, use_reentrant=False)
+            out.pow(2).sum().backward()
+        outs.append((out, xi.grad, *[p.grad for p in m.parameters()],
+                     *m.buffers()))
+    assert len(calls) == 2 + 2  # the probe's two, the forward's two
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a.float(), b.float(), rtol=1e-5,
+                                   atol=1e-5)
+
+
 def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
                                                         monkeypatch):
     """Another norm, another activation, a convolution of another shape,

@@ -3,6 +3,7 @@ work on a device: the kernels' modules import Triton from here and run only
 where :func:`available` and :func:`works` say so."""
 import contextlib
 import logging
+import threading
 from typing import Callable, ContextManager, Dict, Hashable, Tuple
 
 import torch
@@ -58,9 +59,8 @@ def works(kernels: str, device: torch.device, dtype: torch.dtype,
     if any(k[:3] == key[:3] and v is False for k, v in _VERDICTS.items()):
         _VERDICTS[key] = False  # said once: not tried again there
         return False
-    try:  # the probe gives the kernels their dtypes itself
-        with torch.autocast(device.type, enabled=False):
-            probe(device, dtype, **variant)
+    try:
+        _apart(probe, device, dtype, **variant)
         verdict = True
     except Exception as error:  # Triton's compiler or the driver
         verdict = False
@@ -71,3 +71,25 @@ def works(kernels: str, device: torch.device, dtype: torch.dtype,
             f'kernels.', logger='current', level=logging.WARNING)
     _VERDICTS[key] = verdict
     return verdict
+
+
+def _apart(probe: Callable[..., None], *args, **kwargs) -> None:
+    """``probe(*args, **kwargs)`` in a thread of its own, whose autograd
+    state is PyTorch's default, not the caller's: a probe that first runs
+    inside a checkpointed block (``with_cp``) would otherwise record its
+    tensors with the checkpoint's, which then finds fewer in the
+    recomputation (where the verdict is known) and stops the backward.
+    Autocast is off there too (the probe gives the kernels their dtypes
+    itself). Its error, if any, is raised here."""
+    failure = []
+
+    def run():
+        try:
+            probe(*args, **kwargs)
+        except BaseException as error:  # raised in the caller
+            failure.append(error)
+    thread = threading.Thread(target=run, name='xcit-dense-kernel-probe')
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]

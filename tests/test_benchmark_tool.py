@@ -70,6 +70,12 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
     assert not any('error' in r for r in results['results']), results
     assert backbone['activation_mem_gib'] > 0 and detector['seconds'] > 0
     assert segmentor['seconds'] > 0
+    # a training step's multiply-adds, forward and backward, and the rate
+    for row in (backbone, detector, segmentor):
+        assert row['gmac_per_image'] > 0
+        assert row['achieved_gflops_per_s'] == pytest.approx(
+            2 * row['gmac_per_image'] * 2 / row['seconds'])
+    assert 'whole training step' in table
     assert '| mask_rcnn_xcit_s12@reference | 64x64 | 2 | train |' in table
     assert '| upernet_xcit_s12@always | 64x64 | 2 | train |' in table
     assert '| xcit_nano_12_p16@cp+amp | 64x64 | 2 | train |' in table
@@ -115,3 +121,24 @@ def test_a_failed_measurement_says_why():
     assert failure_reason(1, 'Traceback\n  ...\nValueError: bad size\n') == \
         'ValueError: bad size'
     assert failure_reason(1, '') == 'failed'
+
+
+@pytest.mark.parametrize('groups', [1, 16])
+def test_training_multiply_adds_of_grouped_convolutions(groups):
+    """A training step's count: each of a convolution's two gradients as
+    many multiply-adds as its forward, grouped (LPI's depth-wise ones)
+    too, where torch.utils.flop_counter's own formula counts the weight's
+    gradient times the groups."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from xcit_dense.benchmark.measure import _conv_backward_flops
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=groups)
+    x = torch.randn(2, 16, 6, 8, requires_grad=True)
+    with FlopCounterMode(display=False) as forward:
+        conv(x)
+    with FlopCounterMode(display=False, custom_mapping={
+            torch.ops.aten.convolution_backward: _conv_backward_flops
+    }) as step:
+        conv(x).sum().backward()
+    assert step.get_total_flops() == 3 * forward.get_total_flops()

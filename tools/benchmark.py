@@ -10,9 +10,12 @@ mmengine's counter (fvcore's convention: one multiply-add counts as one FLOP,
 so "GMAC") on the published design (for XCiT: the straightforward path, the
 same for every variant); the XCiT fast path executes fewer (XCA from second
 moments), counted separately with ``torch.utils.flop_counter`` on its
-standard-operator backend. Achieved GFLOP/s counts 2 FLOPs per executed
-multiply-add and is shown next to the machine's measured fp32 (and bf16)
-matmul throughput.
+standard-operator backend. A training row counts its whole step, forward
+and backward, with ``torch.utils.flop_counter`` on one more step with every
+fast path off (its grouped-convolution backward corrected: each gradient as
+many multiply-adds as the forward). Achieved GFLOP/s counts 2 FLOPs per
+executed multiply-add and is shown next to the machine's measured fp32 (and
+bf16) matmul throughput.
 
     python tools/benchmark.py --models xcit_small_12_p16@reference \\
         xcit_small_12_p16 swin_t vit_s16 --sizes 512x512 800x1344 \\

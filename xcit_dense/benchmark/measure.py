@@ -238,7 +238,37 @@ def measure_here(args) -> dict:
     elif args.mode == 'infer' and item.x is not None:
         row.update(_backbone_counts(item, base, variants, args, out,
                                     row['seconds']))
+    elif args.mode == 'train':
+        del out
+        row.update(_training_counts(item, args, variants, row['seconds']))
     return row
+
+
+def _training_counts(item: Subject, args, variants: set,
+                     seconds: float) -> dict:
+    """Multiply-adds of one training step per image, forward and backward
+    (``gmac_per_image``), and the achieved rate: the published design's
+    products, counted by ``torch.utils.flop_counter`` on one more step of
+    the same model with every fast path off, eagerly (the counter sees
+    neither Triton's kernels nor oneDNN's custom operators; a compiled or
+    graphed backbone is made eager first, at the end of the measurement).
+    With ``cp`` the recomputed forward is counted: it is executed work."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from ..models import XCiT, fast_path
+    backbone = getattr(item.model, 'backbone', item.model)
+    if isinstance(backbone, XCiT):
+        backbone.compile_cfg = None
+        backbone.cuda_graphs = False
+    step = step_of(item, args, variants)
+    with fast_path(False), FlopCounterMode(
+            display=False, custom_mapping={
+                torch.ops.aten.convolution_backward: _conv_backward_flops
+            }) as counter:
+        step()
+    gmac = counter.get_total_flops() / 2e9 / args.batch
+    return dict(gmac_per_image=gmac,
+                achieved_gflops_per_s=2 * gmac * args.batch / seconds)
 
 
 def fallbacks(model) -> dict:
@@ -261,6 +291,19 @@ def fallbacks(model) -> dict:
         if graphs.failure is not None:
             row[f'{name}_failure'] = graphs.failure[:300]
     return row
+
+
+def _conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride,
+                         _padding, _dilation, transposed, _output_padding,
+                         _groups, output_mask, out_shape) -> int:
+    """A convolution's backward: the input's and the weight's gradients,
+    each as many multiply-adds as the forward. (``torch.utils.flop_counter``
+    counts a grouped convolution's weight gradient as if every group saw
+    every channel: a depth-wise 3x3 convolution of 128 channels, forward
+    and backward, at 130 times its forward instead of 3.)"""
+    from torch.utils.flop_counter import conv_flop_count
+    forward = conv_flop_count(x_shape, w_shape, grad_out_shape, transposed)
+    return forward * (int(output_mask[0]) + int(output_mask[1]))
 
 
 def _backbone_counts(item: Subject, base: str, variants: set, args,

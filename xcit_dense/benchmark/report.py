@@ -98,7 +98,9 @@ def _main_table(results, matmul, args):
            'and libraries included); "act." = that peak minus the resident '
            'set before the first step.' if args.device == 'cpu' else
            'torch.cuda.max_memory_allocated; "act." = that minus the memory '
-           'allocated before the first step.'), '',
+           'allocated before the first step.') + ' GMAC/image: the '
+        'forward\'s (inference) or the whole training step\'s, forward and '
+        'backward (train).', '',
         *_head('model', 'input', 'batch', 'mode', 'time (s)', 'images/s',
                'first call (s)', 'peak mem (GiB)', 'act. mem (GiB)',
                'GMAC/image', 'executed GMAC/image', 'achieved GFLOP/s')]

@@ -204,12 +204,14 @@ def _process_state_restored():
 #: cores, docs/development.md). They run first: `make test` hands files to
 #: its workers in this order (``--no-loadscope-reorder``), the shorter files
 #: after them in the order collected, so that the workers finish together.
-LONGEST_FILES = (
-    'test_interruptions.py', 'test_export_onnx.py', 'test_export_detector.py',
-    'test_benchmark_tool.py', 'test_ade20k.py', 'test_coco_configs.py',
-    'test_heads_learn.py', 'test_lpi_kernels.py', 'test_backbone.py',
-    'test_export_rpn_ranking.py', 'test_fast_path.py', 'test_coco_tools.py',
-    'test_published_models.py', 'test_tta.py')
+LONGEST_FILES = (  # per-file work measured on 2026-11-25 (2-core EPYC)
+    'test_interruptions.py', 'test_benchmark_tool.py',
+    'test_export_detector.py', 'test_export_onnx.py', 'test_ade20k.py',
+    'test_lpi_kernels.py', 'test_export_rpn_ranking.py', 'test_fast_path.py',
+    'test_heads_learn.py', 'test_coco_configs.py', 'test_tta.py',
+    'test_coco_tools.py', 'test_fast_path_policy.py',
+    'test_published_models.py', 'test_model_index.py',
+    'test_compile_kernels.py', 'test_gpu_report.py', 'test_xca_kernels.py')
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,18 +8,20 @@ import cv2
 import pytest
 import torch
 
-from conftest import REPO, run_tool_here
+from conftest import NARROW_MASK_RCNN, REPO, run_tool_here
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 
 
 def _config(tmp_path, data_root, max_iters=4, extra=''):
-    """The demo config on the tiny dataset, shrunk to a few iterations."""
+    """The demo config on the tiny dataset, shrunk to a few iterations, a
+    4-block backbone and 32-wide FPN and heads."""
     path = tmp_path / 'demo_tiny.py'
     path.write_text(f"""
 _base_ = '{DEMO}'
 data_root = '{data_root}/'
-model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3)))
+model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3)),
+             {NARROW_MASK_RCNN})
 train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                         dataset=dict(data_root=data_root))
 val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,

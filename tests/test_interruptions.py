@@ -14,14 +14,14 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, run_tool, run_tool_here
+from conftest import NARROW_MASK_RCNN, REPO, run_tool, run_tool_here
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 
 
 def _config(tmp_path, data_root, loop, workers=2):
-    """The demo on the tiny dataset (depth 4, FPN and heads 32 wide, a
-    third of the demo's time per iteration): dataloader workers, random
+    """The demo on the tiny dataset (depth 4, FPN and heads 32 wide):
+    dataloader workers, random
     flip, drop path; 6 iterations in one pass (iteration loop) or 2 epochs
     of 4 (epoch loop), checkpoints every 2 iterations. A finite sampler in
     both: the iteration loop restarts it after 4 iterations, as in
@@ -34,16 +34,9 @@ def _config(tmp_path, data_root, loop, workers=2):
     path = tmp_path / f'{loop}.py'
     path.write_text(f"""
 _base_ = '{DEMO}'
-width = 32
 model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3),
                            drop_path_rate=0.1),
-             neck=dict(out_channels=width),
-             rpn_head=dict(in_channels=width, feat_channels=width),
-             roi_head=dict(
-                 bbox_roi_extractor=dict(out_channels=width),
-                 bbox_head=dict(in_channels=width, fc_out_channels=64),
-                 mask_roi_extractor=dict(out_channels=width),
-                 mask_head=dict(in_channels=width, conv_out_channels=width)))
+             {NARROW_MASK_RCNN})
 train_dataloader = dict(batch_size=2, num_workers={workers},
                         persistent_workers={workers > 0},
                         sampler=dict(type='DefaultSampler', shuffle=True),

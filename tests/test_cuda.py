@@ -121,6 +121,28 @@ def test_fast_paths_match_reference_in_fp32(no_tf32, mode, device):
             name].stride(), name  # DDP's bucket layout
 
 
+def test_with_cp_on_the_kernels_matches_reference(no_tf32, monkeypatch):
+    """``with_cp=True`` (gradient checkpointing) on the default path, whose
+    kernels are first probed inside a checkpointed block (the probe runs in
+    a thread of its own): outputs and gradients as the straightforward
+    computation's, BatchNorm's statistics too."""
+    from xcit_dense.models.ops import triton_support
+    monkeypatch.setattr(triton_support, '_VERDICTS', {})
+    model = randomized(with_cp=True).cuda().train()
+    ref_model = copy.deepcopy(model)
+    x = torch.randn(2, 3, 80, 112, device='cuda')
+    outs, grads = _step(model, x)
+    with fast_path(False):
+        refs, ref_grads = _step(ref_model, x)
+    for out, ref in zip(outs, refs):
+        assert _relative(out, ref) < 1e-4
+    _assert_gradients_match(model, grads, ref_grads, 1e-4)
+    for (name, a), b in zip(model.named_buffers(), ref_model.buffers()):
+        assert _relative(a, b) < 1e-4, name
+    verdicts = triton_support._VERDICTS  # probed inside the checkpoint, ran
+    assert verdicts and all(verdicts.values()), verdicts
+
+
 @pytest.mark.parametrize('dtype', [None, torch.bfloat16])
 @pytest.mark.parametrize('setting', ['always', True, False])
 def test_every_gradient_in_its_parameters_strides(setting, dtype):

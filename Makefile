@@ -38,8 +38,8 @@ test: install
 
 # On a machine with an NVIDIA GPU, in steps that each fit 10 minutes on one
 # H100 (STEP=tests, probe, tiles, backbone, graphs, heads, compiled or
-# table; default: all, in that order), each writing its rows under
-# $(GPU_REPORT)/ as they come:
+# table, or several: STEP='tests backbone'; default: all, in that order),
+# each writing its rows under $(GPU_REPORT)/ as they come:
 #   tests     tests/test_cuda.py, every traceback and duration (tests.log),
 #             in GPU_TESTS_WORKERS processes sharing the GPU (default 4:
 #             Triton's and Inductor's compilations, and the tools the tests
@@ -89,7 +89,9 @@ GPU_BACKBONE_ROWS := xcit_small_12_p16@reference xcit_small_12_p16 \
     xcit_small_12_p16@always xcit_small_12_p16@reference+amp \
     xcit_small_12_p16@amp xcit_small_12_p16@always+amp xcit_small_12_p16@bf16
 
-gpu-report: install
+# PY=... on the command line: that Python as it is set up (a GPU machine's
+# image), without `make install`
+gpu-report: $(if $(filter command line,$(origin PY)),,install)
 	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make gpu-report: PyTorch sees no CUDA device on this machine")'
 	@for step in $(if $(filter all,$(STEP)),$(GPU_STEPS),$(STEP)); do \
 	    case " $(GPU_STEPS) " in *" $$step "*) ;; \

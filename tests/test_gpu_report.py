@@ -49,6 +49,21 @@ def _row(model, seconds, peak, **extra):
                      first_call_s=1.0), **extra)
 
 
+def test_steps_with_a_given_python_skip_the_set_up():
+    """``make gpu-report PY=python3 STEP='tests backbone'`` on a GPU
+    machine whose Python is set up already (the lent machine's image):
+    the steps in order with that Python, without ``make install``; without
+    PY, the set-up first."""
+    def dry_run(*args):
+        return subprocess.run(['make', '-n', 'gpu-report', *args], cwd=REPO,
+                              capture_output=True, text=True).stdout
+    out = dry_run('PY=python3', 'STEP=tests backbone')
+    assert 'setup_env.sh' not in out
+    assert out.index('python3 -m pytest') < out.index(
+        'python3 tools/benchmark.py')
+    assert 'setup_env.sh' in dry_run('STEP=tests')
+
+
 def test_table_from_the_steps_rows(tmp_path):
     run = dict(
         matmul=dict(fp32_gflops_per_s=49433.0, bf16_gflops_per_s=663527.0),

@@ -200,7 +200,6 @@ def _process_state_restored():
         gc.collect()
 
 
-
 #: The demo Mask R-CNN's FPN and heads 32 wide, as keyword arguments of a
 #: config's ``model = dict(...)``: a third of the demo's time per iteration
 #: in the tests of the tools and of interruptions (what they check does not
@@ -212,6 +211,7 @@ NARROW_MASK_RCNN = """neck=dict(out_channels=32),
                  bbox_head=dict(in_channels=32, fc_out_channels=64),
                  mask_roi_extractor=dict(out_channels=32),
                  mask_head=dict(in_channels=32, conv_out_channels=32))"""
+
 
 #: the test files that take longest, longest first (their tests' time on 2
 #: cores, docs/development.md). They run first: `make test` hands files to

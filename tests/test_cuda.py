@@ -97,6 +97,22 @@ def _step(model, x):
         n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
+def _assert_step_matches_reference(model, x, setting):
+    """A step of ``model`` on ``x`` under the fast-path ``setting`` against
+    one of a copy on the straightforward computation: outputs and gradients
+    within 1e-4 of their largest value (fp32). Returns the gradients and
+    the copy."""
+    ref_model = copy.deepcopy(model)
+    with fast_path(setting):
+        outs, grads = _step(model, x)
+    with fast_path(False):
+        refs, ref_grads = _step(ref_model, x)
+    for out, ref in zip(outs, refs):
+        assert _relative(out, ref) < 1e-4
+    _assert_gradients_match(model, grads, ref_grads, 1e-4)
+    return grads, ref_model
+
+
 @pytest.mark.parametrize('mode, device', [
     ('eval', 'cuda'), ('train', 'cuda'),
     pytest.param('train', 'cuda:1', marks=pytest.mark.skipif(
@@ -107,15 +123,8 @@ def test_fast_paths_match_reference_in_fp32(no_tf32, mode, device):
     second GPU while the first is the current device (Triton launches on
     the current one)."""
     model = randomized().to(device).train(mode == 'train')
-    ref_model = copy.deepcopy(model)
-    x = torch.randn(2, 3, 80, 112, device=device)
-    with fast_path('always'):
-        outs, grads = _step(model, x)
-    with fast_path(False):
-        refs, ref_grads = _step(ref_model, x)
-    for out, ref in zip(outs, refs):
-        assert _relative(out, ref) < 1e-4
-    _assert_gradients_match(model, grads, ref_grads, 1e-4)
+    grads, _ = _assert_step_matches_reference(
+        model, torch.randn(2, 3, 80, 112, device=device), 'always')
     for name, grad in grads.items():
         assert grad.stride() == dict(model.named_parameters())[
             name].stride(), name  # DDP's bucket layout
@@ -129,14 +138,8 @@ def test_with_cp_on_the_kernels_matches_reference(no_tf32, monkeypatch):
     from xcit_dense.models.ops import triton_support
     monkeypatch.setattr(triton_support, '_VERDICTS', {})
     model = randomized(with_cp=True).cuda().train()
-    ref_model = copy.deepcopy(model)
-    x = torch.randn(2, 3, 80, 112, device='cuda')
-    outs, grads = _step(model, x)
-    with fast_path(False):
-        refs, ref_grads = _step(ref_model, x)
-    for out, ref in zip(outs, refs):
-        assert _relative(out, ref) < 1e-4
-    _assert_gradients_match(model, grads, ref_grads, 1e-4)
+    _, ref_model = _assert_step_matches_reference(
+        model, torch.randn(2, 3, 80, 112, device='cuda'), True)
     for (name, a), b in zip(model.named_buffers(), ref_model.buffers()):
         assert _relative(a, b) < 1e-4, name
     verdicts = triton_support._VERDICTS  # probed inside the checkpoint, ran

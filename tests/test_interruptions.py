@@ -21,11 +21,11 @@ DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 
 def _config(tmp_path, data_root, loop, workers=2):
     """The demo on the tiny dataset (depth 4, FPN and heads 32 wide):
-    dataloader workers, random
-    flip, drop path; 6 iterations in one pass (iteration loop) or 2 epochs
-    of 4 (epoch loop), checkpoints every 2 iterations. A finite sampler in
-    both: the iteration loop restarts it after 4 iterations, as in
-    iteration-based recipes with mmdet's DefaultSampler (Mask2Former's)."""
+    dataloader workers, random flip, drop path; 6 iterations in one pass
+    (iteration loop) or 2 epochs of 4 (epoch loop), checkpoints every 2
+    iterations. A finite sampler in both: the iteration loop restarts it
+    after 4 iterations, as in iteration-based recipes with mmdet's
+    DefaultSampler (Mask2Former's)."""
     root = f'{data_root}/'
     train_cfg = (
         "dict(max_iters=6, val_interval=100)" if loop == 'iter' else
@@ -80,8 +80,9 @@ def _interrupt(command, log, pattern, signum, pids=None, group=False):
             time.sleep(0.1)
         if group:
             os.killpg(proc.pid, signum)
-        for pid in ([] if group else pids(proc) if pids else [proc.pid]):
-            os.kill(pid, signum)
+        else:
+            for pid in (pids(proc) if pids else [proc.pid]):
+                os.kill(pid, signum)
         code = proc.wait(timeout=300)
         if signum == signal.SIGKILL:  # its workers too
             try:

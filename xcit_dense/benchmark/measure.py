@@ -255,9 +255,9 @@ def _training_counts(item: Subject, args, variants: set,
     With ``cp`` the recomputed forward is counted: it is executed work."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..models import XCiT, fast_path
-    backbone = getattr(item.model, 'backbone', item.model)
-    if isinstance(backbone, XCiT):
+    from ..models import fast_path
+    backbone = _xcit_in(item.model)
+    if backbone is not None:
         backbone.compile_cfg = None
         backbone.cuda_graphs = False
     step = step_of(item, args, variants)
@@ -271,15 +271,22 @@ def _training_counts(item: Subject, args, variants: set,
                 achieved_gflops_per_s=2 * gmac * args.batch / seconds)
 
 
+def _xcit_in(model):
+    """The XCiT in ``model`` (itself, or a detector's or segmentor's
+    backbone), or None."""
+    from ..models import XCiT
+    backbone = getattr(model, 'backbone', model)
+    return backbone if isinstance(backbone, XCiT) else None
+
+
 def fallbacks(model) -> dict:
     """What the XCiT in ``model`` (itself, or a detector's or segmentor's
     backbone) did instead of what the row's name asked for: its failed
     compilation (it then ran eagerly), and its CUDA graphs' captures and
     why they stopped, so that a ``@compile`` or ``@graphs`` row that ran
     eagerly says so."""
-    from ..models import XCiT
-    backbone = getattr(model, 'backbone', model)
-    if not isinstance(backbone, XCiT):
+    backbone = _xcit_in(model)
+    if backbone is None:
         return {}
     row = {}
     if backbone.compile_failure is not None:

@@ -6,6 +6,7 @@ and ``make gpu-report`` on a GPU machine.
 import copy
 import re
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from xcit_dense import fast_path
 from xcit_dense.models import policy
 
-from conftest import run_tool
+from conftest import REPO, run_tool
 from test_ade20k import _sample as seg_sample
 from test_coco_configs import _sample as det_sample
 from test_fast_path import randomized
@@ -460,35 +461,42 @@ def test_one_gpu_launch_with_nccl_and_syncbn(tiny_coco, tmp_path):
 
 def test_resume_on_one_gpu(tiny_coco, tmp_path):
     """Killed after the checkpoint of iteration 4 and resumed: the state
-    after iteration 6 is the uninterrupted run's, up to the nondeterminism
-    of CUDA kernels (atomic additions in RoIAlign's and the convolutions'
-    backward), not bit for bit as on the CPU. AdamW turns that noise into
-    whole steps of its learning rate for the elements whose gradient is
-    near zero (on an H200: 1.9e-3 on one weight after two steps of 1e-3),
-    so the state is compared as a whole: its distance to the uninterrupted
-    run's is a small part of what iterations 5 and 6 changed (a resume
-    that lost the optimizer's state or the data order changes it all)."""
+    after iteration 6 is as close to the uninterrupted run's as a second
+    uninterrupted run is. On CUDA two runs of one seed differ (atomic
+    additions in RoIAlign's and the convolutions' backward, which AdamW
+    turns into whole steps of its learning rate where a gradient is near
+    zero), not bit for bit equal as on the CPU; so the uninterrupted run is
+    trained twice, beside the run that is killed, and the resumed run's
+    distance to the first is held to the second's. A resume that lost the
+    optimizer's or the loss scaler's state, or the data order, lands far
+    outside that noise: near what iterations 5 and 6 moved."""
     config = _gpu_config(tmp_path, tiny_coco)
-    reference = tmp_path / 'reference'
-    proc = run_tool('tools/train.py', config, '--work-dir', reference)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    work = tmp_path / 'work'
+    runs = {name: tmp_path / name for name in ('reference', 'rerun', 'work')}
+
+    def train(name, *args):
+        return subprocess.Popen(
+            [sys.executable, 'tools/train.py', str(config), '--work-dir',
+             str(runs[name]), *args], cwd=REPO,
+            stdout=open(tmp_path / f'{name}.log', 'w'),
+            stderr=subprocess.STDOUT)
+
+    procs = {name: train(name) for name in ('reference', 'rerun')}
     code, _ = _interrupt(
         [sys.executable, 'tools/train.py', str(config), '--work-dir',
-         str(work)], tmp_path / 'killed.log', r'Iter\(train\) \[5/6\]',
-        signal.SIGKILL)
+         str(runs['work'])], tmp_path / 'killed.log',
+        r'Iter\(train\) \[5/6\]', signal.SIGKILL)
     assert code == -signal.SIGKILL
-    proc = run_tool('tools/train.py', config, '--work-dir', work, '--resume')
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert 'resumed epoch: 0, iter: 4' in proc.stdout + proc.stderr
+    procs['work'] = train('work', '--resume')
+    for name, proc in procs.items():
+        log = (tmp_path / f'{name}.log')
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    assert 'resumed epoch: 0, iter: 4' in log.read_text()
 
-    def state(path):
-        return torch.load(path, map_location='cpu',
+    def state(name, it):
+        return torch.load(runs[name] / f'iter_{it}.pth', map_location='cpu',
                           weights_only=False)['state_dict']
 
-    before, after, resumed = (state(reference / 'iter_4.pth'),
-                              state(reference / 'iter_6.pth'),
-                              state(work / 'iter_6.pth'))
+    after, rerun, resumed = (state(name, 6) for name in runs)
     assert after.keys() == resumed.keys()
     for name, value in after.items():
         if not value.is_floating_point():
@@ -498,10 +506,13 @@ def test_resume_on_one_gpu(tiny_coco, tmp_path):
         return sum(((a[n].double() - b[n].double()) ** 2).sum().item()
                    for n in a if a[n].is_floating_point()) ** 0.5
 
-    steps, off = distance(after, before), distance(after, resumed)
-    print(f'resumed vs uninterrupted: {off:.3g}; iterations 5-6 moved '
-          f'the state by {steps:.3g} (ratio {off / steps:.3g})')
-    assert off <= 0.05 * steps, (off, steps)
+    steps = distance(after, state('reference', 4))
+    noise, off = distance(after, rerun), distance(after, resumed)
+    print(f'iterations 5-6 moved the state by {steps:.3g}; a second run '
+          f'lands {noise:.3g} from the first ({noise / steps:.3g} of it), '
+          f'the resumed run {off:.3g} ({off / steps:.3g})')
+    assert off <= 2 * noise + 0.02 * steps and off <= 0.5 * steps, \
+        (off, noise, steps)
 
 
 def test_launch_probe_runs(tmp_path):

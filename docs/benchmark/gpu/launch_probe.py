@@ -105,12 +105,13 @@ def profile(fn, name, out):
 
 def use_kernels(model, triton):
     """The parts named by ``triton`` (a key of :data:`TRITON`) on their
-    fast path on CUDA (their Triton kernels), every other part as the
-    policy says."""
+    fast path on CUDA (their Triton kernels), the others of XCA and LPI on
+    their straightforward computation (the CUDA policy's default is the
+    kernels), every other part as the policy says."""
     for module in model.modules():
         if type(module) in (XCA, LPI):
             module.use_fast_path = 'always' \
-                if type(module) in TRITON[triton] else True
+                if type(module) in TRITON[triton] else False
 
 
 def main():

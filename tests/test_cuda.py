@@ -173,8 +173,13 @@ def test_autocast_finite_and_close(no_tf32, dtype, setting):
     x = torch.randn(2, 3, 80, 112, device='cuda')
     with fast_path(False):
         refs, _ = _step(copy.deepcopy(model), x)
+        with torch.autocast('cuda', dtype=dtype):
+            amp_refs, _ = _step(copy.deepcopy(model), x)
     with fast_path(setting), torch.autocast('cuda', dtype=dtype):
         outs, grads = _step(model, x)
+    # every level in the dtype the straightforward computation gives it
+    # under the same autocast (the up-sampled ones in autocast's)
+    assert [o.dtype for o in outs] == [r.dtype for r in amp_refs]
     for out, ref in zip(outs, refs):
         assert torch.isfinite(out).all()
         assert _relative(out, ref) < (0.01 if dtype == torch.float16

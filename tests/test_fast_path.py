@@ -403,6 +403,27 @@ def test_bf16_autocast_close_to_fp32():
             assert 1e-5 < err < 0.05, err
 
 
+@pytest.mark.parametrize('train', [True, False])
+@pytest.mark.parametrize('stream', [torch.float32, torch.bfloat16])
+def test_upsampled_levels_in_autocasts_dtype(train, stream):
+    """Under autocast the up-sampled levels come out in the dtype the
+    transposed convolutions give (autocast's), whatever the dtype of the
+    tokens they start from (fp32 on CUDA's path, whose residual stream
+    stays fp32): an fp32 output doubles the largest maps, which the neck
+    keeps, and what training saves for them."""
+    model = randomized()
+    up = model.fpn1.train(train)
+    x = torch.randn(2, model.embed_dim, 6, 10).to(stream).contiguous(
+        memory_format=torch.channels_last)  # a tap, as the backbone gives it
+    with torch.autocast('cpu', dtype=torch.bfloat16), \
+            torch.set_grad_enabled(train):
+        ref = reference(up, x)
+        out = up(x)
+    assert out.dtype == ref.dtype == torch.bfloat16
+    err = (out.float() - ref.float()).abs().max() / ref.float().abs().max()
+    assert err < 0.02, err
+
+
 def test_autocast_dtype_rejects_bad_values():
     with pytest.raises(ValueError, match='autocast_dtype must be one of'):
         XCiT('nano_12_p16', autocast_dtype='bf16')

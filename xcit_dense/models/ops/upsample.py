@@ -26,16 +26,19 @@ def upsample2x(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
     if nchw:  # GEMM columns (C_out, ky, kx)
         w_mat = weight.flatten(1).t()
         b_vec = bias.repeat_interleave(4)
-        out = x.new_empty(B, C_out, 2 * H, 2 * W)
-        dst = out.view(B, C_out, H, 2, W, 2)
+        shape, patches = (B, C_out, 2 * H, 2 * W), (B, C_out, H, 2, W, 2)
     else:  # GEMM columns (ky, kx, C_out)
         w_mat = weight.permute(2, 3, 1, 0).flatten(0, 2)
         b_vec = bias.repeat(4)
-        out = x.new_empty(B, 4 * H * W, C_out)
-        dst = out.view(B, H, 2, W, 2, C_out)
+        shape, patches = (B, 4 * H * W, C_out), (B, H, 2, W, 2, C_out)
+    out = None
     for band in _bands(H, W, 4 * C_out, x):
         y = onednn.linear(x[:, band.start * W:band.stop * W], w_mat, b_vec,
                           act=act, backend=backend)
+        if out is None:  # in the GEMM's dtype (autocast's where it is on),
+            # as nn.ConvTranspose2d's output
+            out = y.new_empty(shape)
+            dst = out.view(patches)
         R = band.stop - band.start
         # the pixel shuffle, written into the output (much faster on CPU
         # than ``.reshape`` of the permuted view)
@@ -61,15 +64,17 @@ def _upsample2x_nchw(x: torch.Tensor, weight: torch.Tensor,
     if torch.compiler.is_compiling():  # one kernel writes the output
         y = torch.stack([onednn.linear(w_mat, x[b], None, backend=backend)
                          for b in range(B)]).view(B, C_out, 2, 2, H, W)
-        y = y + bias.view(1, C_out, 1, 1, 1, 1)
+        y = y + bias.to(y.dtype).view(1, C_out, 1, 1, 1, 1)
         return y.permute(0, 1, 4, 2, 5, 3).reshape(B, C_out, 2 * H, 2 * W)
-    out = x.new_empty(B, C_out, 2 * H, 2 * W)
-    dst = out.view(B, C_out, H, 2, W, 2)
+    out = None
     bias = bias.view(C_out, 1, 1, 1)
     for b in range(B):
         for band in _bands(H, W, 4 * C_out, x):
             y = onednn.linear(w_mat, x[b, band.start * W:band.stop * W], None,
                               backend=backend)
+            if out is None:  # the GEMM's dtype, as in upsample2x
+                out = y.new_empty(B, C_out, 2 * H, 2 * W)
+                dst = out.view(B, C_out, H, 2, W, 2)
             y = y.view(C_out, 2, 2, band.stop - band.start, W)
             for kx in range(2):  # (C_out, rows, ky, W), W stride 2
                 torch.add(y[:, :, kx].transpose(1, 2), bias,

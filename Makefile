@@ -39,7 +39,9 @@ test: install
 # On a machine with an NVIDIA GPU, in steps that each fit 10 minutes on one
 # H100 (STEP=tests, probe, tiles, backbone, graphs, heads, compiled or
 # table, or several: STEP='tests backbone'; default: all, in that order),
-# each writing its rows under $(GPU_REPORT)/ as they come:
+# each writing its rows under $(GPU_REPORT)/ as they come; a step that fails
+# (a failed test, a row that errs) does not stop the next ones, and make
+# names the failed steps at the end and exits non-zero:
 #   tests     tests/test_cuda.py, every traceback and duration (tests.log),
 #             in GPU_TESTS_WORKERS processes sharing the GPU (default 4:
 #             Triton's and Inductor's compilations, and the tools the tests
@@ -93,11 +95,14 @@ GPU_BACKBONE_ROWS := xcit_small_12_p16@reference xcit_small_12_p16 \
 # image), without `make install`
 gpu-report: $(if $(filter command line,$(origin PY)),,install)
 	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make gpu-report: PyTorch sees no CUDA device on this machine")'
-	@for step in $(if $(filter all,$(STEP)),$(GPU_STEPS),$(STEP)); do \
-	    case " $(GPU_STEPS) " in *" $$step "*) ;; \
-	    *) echo "make gpu-report: STEP=$$step is not a step; steps: $(GPU_STEPS) (or all)"; exit 2;; esac; \
+	@steps="$(if $(filter all,$(STEP)),$(GPU_STEPS),$(STEP))"; \
+	for step in $$steps; do case " $(GPU_STEPS) " in *" $$step "*) ;; \
+	    *) echo "make gpu-report: STEP=$$step is not a step; steps: $(GPU_STEPS) (or all)"; exit 2;; esac; done; \
+	failed=; for step in $$steps; do \
 	    echo "[gpu-report] $$step -> $(GPU_REPORT)"; \
-	    $(MAKE) --no-print-directory gpu-report-$$step || exit 1; done
+	    $(MAKE) --no-print-directory gpu-report-$$step || failed="$$failed $$step"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "[gpu-report] failed:$$failed"; exit 1; fi
 
 gpu-report-tests:
 	@mkdir -p $(GPU_REPORT)
@@ -151,7 +156,9 @@ gpu-report-compiled:
 	    --compile-only
 
 gpu-report-table:
-	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) | tee $(GPU_REPORT)/table.md
+	@mkdir -p $(GPU_REPORT)
+	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) > $(GPU_REPORT)/table.md \
+	    && cat $(GPU_REPORT)/table.md
 
 # On a machine with network: the wheels of the stack (PyTorch excluded) and
 # mmcv's source, for `WHEELHOUSE=$(WHEELHOUSE) PYTHON=... make test` on an

@@ -64,6 +64,32 @@ def test_steps_with_a_given_python_skip_the_set_up():
     assert 'setup_env.sh' in dry_run('STEP=tests')
 
 
+def test_a_failed_step_does_not_stop_the_next(tmp_path):
+    """One lent machine, one command: a step that fails (a failed test)
+    still lets the measurements after it run; make names the failed steps
+    and exits non-zero. (A stand-in Python that sees CUDA and fails
+    whatever else it is asked.) A step that is not one stops everything
+    before it runs."""
+    python = tmp_path / 'python'
+    python.write_text('#!/bin/sh\ncase "$2" in *cuda.is_available*) exit 0;; '
+                      'esac\nexit 3\n')
+    python.chmod(0o755)
+
+    def report(steps):
+        return subprocess.run(
+            ['make', 'gpu-report', f'PY={python}', f'STEP={steps}',
+             f'GPU_REPORT={tmp_path}'], cwd=REPO,
+            capture_output=True, text=True)
+    proc = report('table table')
+    assert proc.returncode != 0
+    assert proc.stdout.count('[gpu-report] table ->') == 2, proc.stdout
+    assert '[gpu-report] failed: table table' in proc.stdout
+    proc = report('table tabel')
+    assert proc.returncode != 0
+    assert 'STEP=tabel is not a step' in proc.stdout
+    assert '[gpu-report] table ->' not in proc.stdout
+
+
 def test_table_from_the_steps_rows(tmp_path):
     run = dict(
         matmul=dict(fp32_gflops_per_s=49433.0, bf16_gflops_per_s=663527.0),

@@ -56,8 +56,9 @@ _BOTH = frozenset({EAGER, COMPILED})
 #: 800x1344 on an H200 (PyTorch 2.11, ``tools/benchmark.py --device cuda``,
 #: one process per row, medians of 20): the training step under fp16
 #: autocast, batch 2, 39.6 ms against 55.9 ms for the straightforward
-#: computation (1.41x); inference, batch 1, 10.3 against 10.6 ms in fp32
-#: and 11.3 against 11.9 ms under autocast (equal within the runs' spread:
+#: computation (1.41x; 35.8 against 45.4 ms, 1.27x, the next day);
+#: inference, batch 1, 10.3 against 10.6 ms in fp32 and 11.3 against
+#: 11.9 ms under autocast (equal within the runs' spread:
 #: the eager forward is bound by kernel launches). An earlier H100 session,
 #: before the Triton kernels, had measured the eager CPU-tuned paths slower
 #: (29.4 against 16.2 ms). Under ``torch.compile`` (opt-in on CUDA, see

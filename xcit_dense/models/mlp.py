@@ -18,7 +18,10 @@ class Mlp(TimmMlp):
     function that keeps only the pre-activation (:func:`.ops.onednn.mlp`);
     in inference it runs by pieces of tokens (the hidden layer is 4x as
     wide). :meth:`residual_forward` folds the block's pre-norm, layer scale
-    and, in inference, the residual into the same pass.
+    and, in inference, the residual into the same pass. Elsewhere (CUDA,
+    autocast, ``torch.compile``) the linear layers are PyTorch's, with the
+    layer scale folded into ``fc2``; in CUDA's eager inference it is
+    applied with the residual in one pass instead (fewer launches).
     """
     use_fast_path = True
 
@@ -50,12 +53,19 @@ class Mlp(TimmMlp):
         residual = norm is not None
         fc1, fc2 = self.fc1, self.fc2
         act = 'gelu' if policy.is_exact_gelu(self.act) else None
-        w2, b2 = fold_scale(fc2.weight, fc2.bias, gamma)
         dropout_off = policy.is_inactive(self.drop1) and \
             policy.is_inactive(self.drop2)
         live = not dropout_off or (
             residual and not policy.is_inactive(drop_path))
         backend = onednn.select_backend(x, stochastic=live)
+        # CUDA's eager inference: the layer scale with the residual in one
+        # pass after fc2 (folding it into fc2 would launch two products and
+        # two casts of the weights per call); else folded into fc2 (in
+        # training autograd then keeps no product for gamma's gradient)
+        scale_after = residual and not live and backend == 'torch' and \
+            policy.on_kernel_device(x) and not torch.is_grad_enabled()
+        w2, b2 = (fc2.weight, fc2.bias) if scale_after else \
+            fold_scale(fc2.weight, fc2.bias, gamma)
         # fc1, GELU, fc2 as one kernel call (one autograd function)
         one_call = act is not None and dropout_off and \
             type(self.norm) is nn.Identity and \
@@ -82,6 +92,8 @@ class Mlp(TimmMlp):
                     y = self.drop2(y)
             if fuse_residual or not residual:
                 return y
+            if scale_after:
+                return torch.addcmul(xs, gamma, y)
             return xs + drop_path(y)
 
         return pieces.assemble(x, pieces.pieces(N, fc1.out_features, x),

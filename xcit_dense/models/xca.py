@@ -32,7 +32,9 @@ class XCA(TimmXCA):
     * on CUDA, eagerly: the ``qkv`` and ``proj`` layers as they are, and
       between them the normalisation, attention and its product with the
       values in three Triton kernels each way (:mod:`.ops.xca_kernels`), for
-      fp32, fp16 and bf16 with inactive attention dropout.
+      fp32, fp16 and bf16 with inactive attention dropout;
+      :meth:`residual_forward` adds the layer-scaled branch to the residual
+      in one pass.
     """
     use_fast_path = True
 
@@ -62,9 +64,12 @@ class XCA(TimmXCA):
                          drop_path: nn.Module) -> torch.Tensor:
         """``x + drop_path(gamma * self(norm(x)))``: the attention branch of
         a block."""
-        if self._fast_path(x) == SECOND_MOMENTS and \
-                type(norm) is nn.LayerNorm:
+        path = self._fast_path(x)
+        if path == SECOND_MOMENTS and type(norm) is nn.LayerNorm:
             return self._from_second_moments(x, norm, gamma, drop_path)
+        if path == KERNELS and policy.is_inactive(drop_path):
+            # the layer scale and the residual in one pass
+            return torch.addcmul(x, gamma, self(norm(x)))
         return x + drop_path(gamma * self(norm(x)))
 
     def _fast_path(self, x: torch.Tensor) -> Optional[str]:

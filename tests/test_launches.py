@@ -1,0 +1,124 @@
+"""Kernel launches of CUDA's eager path, counted on the CPU.
+
+On a GPU the eager forward is bound by kernel launches (docs/performance.md,
+"GPU"), so what each block launches is part of its speed there. The CPU runs
+the same code with XCA's and LPI's Triton kernels interpreted
+(``TRITON_INTERPRET=1``, the devices the kernels run on widened to the
+CPU, its oneDNN kernels off): every operator that computes (views and
+allocations apart) and every Triton kernel is counted, per block, in a
+fresh autocast region as a call of the model makes one (the weights' casts
+included); and the path counted computes what the straightforward
+computation does.
+"""
+import os
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from xcit_dense import fast_path
+from xcit_dense.models import policy
+from xcit_dense.models.ops import lpi_kernels, xca_kernels
+
+from test_fast_path import assert_outputs_close, randomized, reference
+
+pytestmark = pytest.mark.skipif(
+    not (xca_kernels.available() and lpi_kernels.available())
+    or os.environ.get('TRITON_INTERPRET') != '1',
+    reason='needs Triton with TRITON_INTERPRET=1 (set by conftest)')
+
+#: operators that launch no kernel: views, metadata, allocations
+NO_LAUNCH = frozenset({
+    'view', 'expand', 'permute', 't', '_unsafe_view', 'slice', 'select',
+    'alias', 'transpose', 'unbind', 'new_empty', 'empty', 'empty_like',
+    'empty_strided', 'detach', 'as_strided', 'split', 'unsqueeze',
+    'squeeze', 'reshape', 'lift_fresh'})
+
+
+class Launches(TorchDispatchMode):
+    """The kernels launched by the blocks of a model, by block: operators
+    that compute, and Triton kernels (the interpreter's own operators
+    apart)."""
+
+    def __init__(self, model, monkeypatch):
+        super().__init__()
+        self.counts, self.block, self.interpreting = Counter(), None, 0
+        for i, block in enumerate(model.blocks):
+            block.register_forward_pre_hook(
+                lambda *_, i=i: setattr(self, 'block', i))
+            block.register_forward_hook(
+                lambda *_: setattr(self, 'block', None))
+        from triton.runtime.interpreter import InterpretedFunction
+        run = InterpretedFunction.run
+
+        def counted(function, *args, **kwargs):
+            self.count()
+            self.interpreting += 1
+            try:
+                return run(function, *args, **kwargs)
+            finally:
+                self.interpreting -= 1
+        monkeypatch.setattr(InterpretedFunction, 'run', counted)
+
+    def count(self):
+        if self.block is not None and not self.interpreting:
+            self.counts[self.block] += 1
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in NO_LAUNCH:
+            self.count()
+        return func(*args, **(kwargs or {}))
+
+
+def launches_per_block(model, x, setting, dtype, monkeypatch):
+    # PyTorch's operators, as on CUDA (not the CPU's fused oneDNN kernels)
+    with torch.no_grad(), fast_path(setting, fused_kernels=False):
+        with torch.autocast('cpu', dtype=dtype or torch.float32,
+                            enabled=dtype is not None):
+            model(x)  # the kernels' probes, once
+        counter = Launches(model, monkeypatch)
+        with counter, torch.autocast('cpu', dtype=dtype or torch.float32,
+                                     enabled=dtype is not None):
+            model(x)
+    assert len(counter.counts) == len(model.blocks), counter.counts
+    return max(counter.counts.values())
+
+
+@pytest.mark.parametrize('dtype, most', [(None, 16), (torch.float16, 27)])
+def test_each_block_launches_fewer_kernels_on_cudas_path(monkeypatch, dtype,
+                                                         most):
+    """Inference: XCA's attention core in 3 Triton kernels, LPI's branch
+    with its layer scale and residual in 3, each layer scale with its
+    residual in one pass (addcmul); no more launches per block than were
+    counted when these were written (fp32: 16 against 29 for the
+    straightforward computation; fp16 autocast: 27 against 45)."""
+    monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+    model = randomized().eval()
+    x = torch.randn(1, 3, 64, 96)
+    fast = launches_per_block(model, x, True, dtype, monkeypatch)
+    straightforward = launches_per_block(model, x, False, dtype,
+                                         monkeypatch)
+    print(f'launches per block: {fast} (straightforward: '
+          f'{straightforward})')
+    assert fast <= most and fast < straightforward
+
+
+@pytest.mark.parametrize('fused', [False, True])
+def test_cudas_inference_path_matches_the_straightforward_one(monkeypatch,
+                                                              fused):
+    """The path counted above, in fp32 to 1e-4 and under fp16 autocast in
+    the straightforward computation's dtypes, level by level; and beside
+    the CPU's oneDNN kernels (the MLP's fused residual GEMM takes the
+    folded layer scale)."""
+    monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+    model = randomized().eval()
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad(), fast_path(fused_kernels=fused):
+        assert_outputs_close(model(x), reference(model, x))
+        with torch.autocast('cpu', dtype=torch.float16):
+            outs, refs = model(x), reference(model, x)
+    assert [o.dtype for o in outs] == [r.dtype for r in refs]
+    for out, ref in zip(outs, refs):
+        err = (out.float() - ref.float()).abs().max() / ref.float().abs().max()
+        assert err < 5e-3, err

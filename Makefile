@@ -7,7 +7,8 @@ DEMO_ADE20K := configs/ade20k/demo_upernet_xcit_nano_synthetic.py
 
 .PHONY: install demo demo-coco demo-ade20k test gpu-report wheelhouse \
 	gpu-report-tests gpu-report-probe gpu-report-tiles gpu-report-backbone \
-	gpu-report-graphs gpu-report-heads gpu-report-compiled gpu-report-table
+	gpu-report-graphs gpu-report-heads gpu-report-compiled gpu-report-demos \
+	gpu-report-table
 
 install:
 	@VENV=$(VENV) bash tools/setup_env.sh
@@ -74,9 +75,14 @@ test: install
 #             compilations take longest: its inference and training rows
 #             (backbone_compiled/), then the probe's compiled rows
 #             (launch_probe_compiled.jsonl)
+#   demos     the Mask R-CNN, Cascade, Mask2Former (COCO, ADE20K) and
+#             UperNet demos trained on the GPU as the recipes run:
+#             tools/dist_train.sh CONFIG 1 --amp with SyncBN, all at once
+#             (docs/benchmark/gpu/demos.sh; demos/NAME.log each), then their
+#             wall times and final metrics
 #   table     the README's GPU table from the rows above (table.md)
 GPU_REPORT ?= work_dirs/gpu_report
-GPU_STEPS := tests probe tiles backbone graphs heads compiled table
+GPU_STEPS := tests probe tiles backbone graphs heads compiled demos table
 GPU_TESTS_S ?= 480
 GPU_TESTS_WORKERS ?= 4
 STEP ?= all
@@ -154,6 +160,9 @@ gpu-report-compiled:
 	    --batch 1 2 --modes infer train
 	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT) \
 	    --compile-only
+
+gpu-report-demos:
+	PYTHON=$(PY) bash docs/benchmark/gpu/demos.sh $(GPU_REPORT)/demos
 
 gpu-report-table:
 	@mkdir -p $(GPU_REPORT)

@@ -406,6 +406,7 @@ def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
     tried again."""
     from xcit_dense.models.ops import triton_support, xca_kernels
     monkeypatch.setattr(triton_support, '_VERDICTS', {})
+    monkeypatch.setattr(triton_support, '_FAILURES', {})
     probes = []
 
     def failing(device, dtype, **variant):
@@ -430,3 +431,8 @@ def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
         "XCiT: the Triton kernels of XCA's attention failed")
     assert all('RuntimeError: no kernel image' in m and 'fast_path=False' in m
                for m in messages)
+    # tools/benchmark.py's row says what ran instead
+    from xcit_dense.benchmark.measure import fallbacks
+    error = 'RuntimeError: no kernel image is available for execution'
+    assert fallbacks(model) == dict(triton_kernels={
+        "LPI, cpu, float32": error, "XCA's attention, cpu, float32": error})

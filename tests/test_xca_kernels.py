@@ -129,6 +129,10 @@ def test_backbone_on_the_kernels_matches_the_straightforward_one(
                                                  torch.randn(2, 3, 48, 80))
     assert len(calls) == 4  # every block's XCA
     assert any(name.endswith('attn.temperature') for name in grads)
+    # tools/benchmark.py's row names the kernels that ran
+    from xcit_dense.benchmark.measure import fallbacks
+    assert fallbacks(model)['triton_kernels'][
+        "XCA's attention, cpu, float32"] == 'ran'
 
 
 def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,

@@ -284,11 +284,19 @@ def fallbacks(model) -> dict:
     backbone) did instead of what the row's name asked for: its failed
     compilation (it then ran eagerly), and its CUDA graphs' captures and
     why they stopped, so that a ``@compile`` or ``@graphs`` row that ran
-    eagerly says so."""
+    eagerly says so; and which Triton kernels ran in the row's process, or
+    the error that sent their part to its straightforward computation."""
+    from ..models import policy
+    from ..models.ops import triton_support
     backbone = _xcit_in(model)
     if backbone is None:
         return {}
     row = {}
+    device = next(backbone.parameters()).device.type
+    kernels = triton_support.verdicts(device) \
+        if device in policy.KERNEL_DEVICES else {}
+    if kernels:
+        row['triton_kernels'] = kernels
     if backbone.compile_failure is not None:
         row['compile_failure'] = backbone.compile_failure[:300]
     for name in ('graphs', 'training_graphs'):

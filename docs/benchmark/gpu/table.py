@@ -47,9 +47,12 @@ def _tflops(r) -> str:
 
 def _ran_otherwise(r) -> str:
     """What a row did instead of what its name asks for (the benchmark
-    records a failed compilation and the CUDA graphs' captures)."""
+    records a failed compilation, the CUDA graphs' captures and the Triton
+    kernels that failed)."""
     _, variants = parse_model(r['model'])
-    notes = []
+    notes = [f'{kernels}: straightforward, {verdict}'
+             for kernels, verdict in r.get('triton_kernels', {}).items()
+             if verdict != 'ran']
     if r.get('compile_failure'):
         notes.append(f'eager, compilation failed: {r["compile_failure"]}')
     for name in ('graphs', 'training_graphs'):

@@ -19,6 +19,8 @@ except ImportError:  # no Triton (a platform PyTorch ships without it)
 
 #: (kernels, device, dtype, settings, variant) -> whether their probe ran
 _VERDICTS: Dict[Tuple[str, str, torch.dtype, Hashable, Hashable], bool] = {}
+#: (kernels, device, dtype) -> the error that stopped them there
+_FAILURES: Dict[Tuple[str, str, torch.dtype], str] = {}
 
 
 def available() -> bool:
@@ -64,6 +66,7 @@ def works(kernels: str, device: torch.device, dtype: torch.dtype,
         verdict = True
     except Exception as error:  # Triton's compiler or the driver
         verdict = False
+        _FAILURES[key[:3]] = first_line(error)
         print_log(
             f'XCiT: the Triton kernels of {kernels} failed on {device} for '
             f'{dtype} ({first_line(error)}); its straightforward computation '
@@ -93,3 +96,22 @@ def _apart(probe: Callable[..., None], *args, **kwargs) -> None:
     thread.join()
     if failure:
         raise failure[0]
+
+
+def verdicts(device_type: str) -> Dict[str, str]:
+    """Which kernels this process has run or stopped on devices of
+    ``device_type``, by kernels, device and dtype (every variant together):
+    ``'ran'``, or the error that sent that device and dtype to the
+    straightforward computation (for benchmark rows, which say what they
+    measured)."""
+    out: Dict[str, str] = {}
+    for (kernels, device, dtype, _, _), ran in _VERDICTS.items():
+        if device.split(':')[0] != device_type:
+            continue
+        name = f'{kernels}, {device}, {str(dtype).replace("torch.", "")}'
+        if not ran:
+            out[name] = _FAILURES.get((kernels, device, dtype),
+                                      'not run: failed for another variant')
+        else:
+            out.setdefault(name, 'ran')
+    return out

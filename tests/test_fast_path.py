@@ -213,6 +213,50 @@ def testfold_batchnorm():
     assert fold_batchnorm(conv.weight, conv.bias, nn.GroupNorm(2, 6)) is None
 
 
+def test_folded_batchnorm_kept_until_what_it_reads_changes(monkeypatch):
+    """Inference folds the stem's and the up-sampler's eval-mode BatchNorm
+    once; an in-place update of statistics or weights (``load_state_dict``
+    among them), new data for a parameter, a norm replaced or switched to
+    training are folded anew, so the outputs stay the straightforward
+    computation's; with autograd recording, every call folds."""
+    from xcit_dense.models.ops import folding
+    folds = []
+    fold = folding.fold_batchnorm
+    monkeypatch.setattr(folding, 'fold_batchnorm',
+                        lambda *a: folds.append(1) or fold(*a))
+    model = randomized().eval()
+    x = torch.randn(1, 3, 64, 96)
+    stem = model.patch_embed.proj
+
+    def folded_calls():
+        folds.clear()
+        with torch.no_grad():
+            assert_outputs_close(model(x), reference(model, x))
+        return len(folds)
+    assert folded_calls() == 5  # four in the stem, one in fpn1
+    assert folded_calls() == 0
+    stem[0][1].running_var.mul_(2)
+    assert folded_calls() == 1
+    state = {k: v + 0.01 if v.is_floating_point() else v
+             for k, v in model.state_dict().items()}
+    model.load_state_dict(state)
+    assert folded_calls() == 5
+    stem[2][0].weight.data = stem[2][0].weight.data * 1.5
+    assert folded_calls() == 1
+    stem[4][1] = copy.deepcopy(stem[4][1])
+    with torch.no_grad():
+        stem[4][1].running_mean.normal_(0, 0.2)
+    assert folded_calls() == 1
+    stem[4][1].train()
+    folded_calls()  # batch statistics: nothing to fold there
+    stem[4][1].eval()
+    assert folded_calls() == 1
+    folds.clear()
+    model(x)[0].sum().backward()
+    model(x)
+    assert len(folds) == 10
+
+
 @pytest.mark.parametrize('act,residual', [(None, False), ('gelu', False),
                                           (None, True)])
 @pytest.mark.parametrize('backend', ['fused', 'onednn'])

@@ -62,13 +62,20 @@ class Launches(TorchDispatchMode):
         monkeypatch.setattr(InterpretedFunction, 'run', counted)
 
     def count(self):
-        if self.block is not None and not self.interpreting:
-            self.counts[self.block] += 1
+        if not self.interpreting:
+            self.counts[self.block if self.block is not None
+                        else 'stem and pyramid'] += 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket.__name__ not in NO_LAUNCH:
             self.count()
         return func(*args, **(kwargs or {}))
+
+
+#: launches outside the blocks at most (fp32, fp16 autocast), as counted
+#: (folding BatchNorm on every call: 63 and 81; the straightforward
+#: computation: 42 and 58)
+MOST_OUTSIDE = (26, 44)
 
 
 def launches_per_block(model, x, setting, dtype, monkeypatch):
@@ -81,27 +88,33 @@ def launches_per_block(model, x, setting, dtype, monkeypatch):
         with counter, torch.autocast('cpu', dtype=dtype or torch.float32,
                                      enabled=dtype is not None):
             model(x)
+    outside = counter.counts.pop('stem and pyramid')
     assert len(counter.counts) == len(model.blocks), counter.counts
-    return max(counter.counts.values())
+    return max(counter.counts.values()), outside
 
 
-@pytest.mark.parametrize('dtype, most', [(None, 16), (torch.float16, 27)])
+@pytest.mark.parametrize('dtype, most', [(None, (16, MOST_OUTSIDE[0])),
+                                         (torch.float16,
+                                          (27, MOST_OUTSIDE[1]))])
 def test_each_block_launches_fewer_kernels_on_cudas_path(monkeypatch, dtype,
                                                          most):
     """Inference: XCA's attention core in 3 Triton kernels, LPI's branch
     with its layer scale and residual in 3, each layer scale with its
-    residual in one pass (addcmul); no more launches per block than were
-    counted when these were written (fp32: 16 against 29 for the
-    straightforward computation; fp16 autocast: 27 against 45)."""
+    residual in one pass (addcmul), eval-mode BatchNorm folded once into
+    the stem and the up-sampler; no more launches than were counted when
+    these were written, per block (fp32: 16 against 29 for the
+    straightforward computation; fp16 autocast: 27 against 45) and in the
+    stem, positional encoding and pyramid."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
     model = randomized().eval()
     x = torch.randn(1, 3, 64, 96)
     fast = launches_per_block(model, x, True, dtype, monkeypatch)
     straightforward = launches_per_block(model, x, False, dtype,
                                          monkeypatch)
-    print(f'launches per block: {fast} (straightforward: '
-          f'{straightforward})')
-    assert fast <= most and fast < straightforward
+    print(f'launches per block, and outside the blocks: {fast} '
+          f'(straightforward: {straightforward})')
+    assert fast[0] <= most[0] and fast[0] < straightforward[0]
+    assert fast[1] <= most[1]
 
 
 @pytest.mark.parametrize('fused', [False, True])

@@ -8,7 +8,7 @@ from timm.models.xcit import ConvPatchEmbed as TimmConvPatchEmbed
 
 from . import policy
 from .ops import onednn
-from .ops.folding import fold_batchnorm
+from .ops.folding import kept_batchnorm_fold
 
 
 class ConvPatchEmbed(TimmConvPatchEmbed):
@@ -18,8 +18,9 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
 
     Returns (B, N, C) tokens and the token grid ``(Hp, Wp)``. Fast path: the
     convolutions write channels-last maps (the tokens are then a view, no
-    copy), eval-mode BatchNorm is folded into the convolution before it and
-    exact GELU fused into it (oneDNN, fp32 CPU inference).
+    copy), eval-mode BatchNorm is folded into the convolution before it
+    (once, while the weights and statistics stay as they are) and exact GELU
+    fused into it (oneDNN, fp32 CPU inference).
     """
     use_fast_path = True
 
@@ -63,7 +64,8 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
             act_layer = layers[i + 1] if i + 1 < len(layers) else None
             act = 'gelu' if act_layer is not None and \
                 policy.is_exact_gelu(act_layer) else None
-            folded = fold_batchnorm(conv.weight, conv.bias, norm)
+            folded = kept_batchnorm_fold(self, i, conv.weight, conv.bias,
+                                         norm)
             if folded is None:  # batch statistics, or another norm
                 x = norm(conv(x))
                 act = None

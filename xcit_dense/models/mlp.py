@@ -6,7 +6,7 @@ import torch.nn as nn
 from timm.layers import Mlp as TimmMlp
 
 from . import policy
-from .ops import onednn, pieces
+from .ops import derived, onednn, pieces
 from .ops.folding import fold_scale
 
 
@@ -21,7 +21,8 @@ class Mlp(TimmMlp):
     and, in inference, the residual into the same pass. Elsewhere (CUDA,
     autocast, ``torch.compile``) the linear layers are PyTorch's, with the
     layer scale folded into ``fc2``; in CUDA's eager inference it is
-    applied with the residual in one pass instead (fewer launches).
+    applied with the residual in one pass instead, and under autocast the
+    weights are cast once, not on every call (fewer launches).
     """
     use_fast_path = True
 
@@ -64,8 +65,13 @@ class Mlp(TimmMlp):
         # training autograd then keeps no product for gamma's gradient)
         scale_after = residual and not live and backend == 'torch' and \
             policy.on_kernel_device(x) and not torch.is_grad_enabled()
-        w2, b2 = (fc2.weight, fc2.bias) if scale_after else \
-            fold_scale(fc2.weight, fc2.bias, gamma)
+        if scale_after:  # and under autocast its casts of the weights once
+            dtype = policy.kernel_dtype(x)
+            w1, b1 = derived.autocast_weights(self, 'fc1', fc1, dtype)
+            w2, b2 = derived.autocast_weights(self, 'fc2', fc2, dtype)
+        else:
+            w1, b1 = fc1.weight, fc1.bias
+            w2, b2 = fold_scale(fc2.weight, fc2.bias, gamma)
         # fc1, GELU, fc2 as one kernel call (one autograd function)
         one_call = act is not None and dropout_off and \
             type(self.norm) is nn.Identity and \
@@ -79,11 +85,10 @@ class Mlp(TimmMlp):
             z = norm(xs) if residual else xs
             res = xs if fuse_residual else None
             if one_call:  # dropout is off: drop1, drop2 are identities
-                y = onednn.mlp(z, fc1.weight, fc1.bias, w2, b2, residual=res,
+                y = onednn.mlp(z, w1, b1, w2, b2, residual=res,
                                backend=backend)
             else:
-                y = onednn.linear(z, fc1.weight, fc1.bias, act=act,
-                                  backend=backend)
+                y = onednn.linear(z, w1, b1, act=act, backend=backend)
                 if act is None:
                     y = self.act(y)
                 y = self.norm(self.drop1(y))

@@ -236,6 +236,15 @@ def is_exact_gelu(module: nn.Module) -> bool:
     return type(module) is nn.GELU and module.approximate == 'none'
 
 
+def is_plain_linear(layer: nn.Module) -> bool:
+    """Exactly an ``nn.Linear`` with no forward hooks, its own or global:
+    ``F.linear`` of its weights computes its call."""
+    return type(layer) is nn.Linear and not (
+        layer._forward_hooks or layer._forward_pre_hooks or
+        nn.modules.module._global_forward_hooks or
+        nn.modules.module._global_forward_pre_hooks)
+
+
 def is_plain_conv(conv: nn.Module) -> bool:
     """An ``nn.Conv2d`` / ``nn.ConvTranspose2d`` with zero padding and no
     dilation (what the fast kernels compute)."""

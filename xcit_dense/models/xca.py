@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from timm.models.xcit import XCA as TimmXCA
 
 from . import policy
-from .ops import onednn, pieces, second_moments, xca_kernels
+from .ops import derived, onednn, pieces, second_moments, xca_kernels
 
 SECOND_MOMENTS, KERNELS = 'second moments', 'kernels'
 
@@ -34,7 +34,9 @@ class XCA(TimmXCA):
       values in three Triton kernels each way (:mod:`.ops.xca_kernels`), for
       fp32, fp16 and bf16 with inactive attention dropout;
       :meth:`residual_forward` adds the layer-scaled branch to the residual
-      in one pass.
+      in one pass; in inference under autocast the ``qkv`` and ``proj``
+      weights are cast once, not on every call (plain ``nn.Linear`` layers
+      without hooks; any other runs as it is).
     """
     use_fast_path = True
 
@@ -45,7 +47,7 @@ class XCA(TimmXCA):
             return self._from_second_moments(x)
         B, N, C = x.shape
         heads = self.num_heads
-        qkv = self.qkv(x)
+        qkv = self._linear('qkv', x, path)
         if path == KERNELS and self._kernels_take(qkv):
             x = xca_kernels.attention(qkv, self.temperature, heads)
         else:
@@ -57,7 +59,21 @@ class XCA(TimmXCA):
             attn = (q @ k.transpose(-2, -1)) * self.temperature
             attn = self.attn_drop(attn.softmax(dim=-1))
             x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
-        return self.proj_drop(self.proj(x))
+        return self.proj_drop(self._linear('proj', x, path))
+
+    def _linear(self, name: str, x: torch.Tensor,
+                path: Optional[str]) -> torch.Tensor:
+        """The linear layer ``name`` of ``x``; on the kernels' path, in
+        inference under autocast, with a plain ``nn.Linear``'s weights cast
+        once, not on every call (:func:`.ops.derived.autocast_weights`)."""
+        layer = getattr(self, name)
+        dtype = policy.kernel_dtype(x)
+        if path != KERNELS or torch.is_grad_enabled() or \
+                not policy.is_plain_linear(layer) or \
+                dtype == layer.weight.dtype:
+            return layer(x)
+        return F.linear(x, *derived.autocast_weights(self, name, layer,
+                                                     dtype))
 
     def residual_forward(self, x: torch.Tensor, norm: nn.Module,
                          gamma: torch.Tensor,

@@ -479,11 +479,11 @@ def test_resume_on_one_gpu(tiny_coco, tmp_path):
     runs = {name: tmp_path / name for name in ('reference', 'rerun', 'work')}
 
     def train(name, *args):
-        return subprocess.Popen(
-            [sys.executable, 'tools/train.py', str(config), '--work-dir',
-             str(runs[name]), *args], cwd=REPO,
-            stdout=open(tmp_path / f'{name}.log', 'w'),
-            stderr=subprocess.STDOUT)
+        with open(tmp_path / f'{name}.log', 'w') as log:
+            return subprocess.Popen(
+                [sys.executable, 'tools/train.py', str(config),
+                 '--work-dir', str(runs[name]), *args], cwd=REPO,
+                stdout=log, stderr=subprocess.STDOUT)
 
     procs = {name: train(name) for name in ('reference', 'rerun')}
     code, _ = _interrupt(

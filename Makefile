@@ -13,17 +13,22 @@ DEMO_ADE20K := configs/ade20k/demo_upernet_xcit_nano_synthetic.py
 install:
 	@VENV=$(VENV) bash tools/setup_env.sh
 
+# The set-up, unless a Python is given on the command line (PY=python3: that
+# Python as it is set up, a GPU machine's image without network, say)
+SETUP := $(if $(filter command line,$(origin PY)),,install)
+
 # The main job: train Mask R-CNN XCiT-N12/16 on the synthetic COCO-format
-# dataset on the CPU and print its COCO bbox / segm mAP.
+# dataset (on the GPU if there is one, else the CPU) and print its COCO
+# bbox / segm mAP.
 demo: demo-coco
 
-demo-coco: install
+demo-coco: $(SETUP)
 	$(PY) tools/make_synthetic_data.py coco data/synthetic_coco
 	$(PY) tools/train.py $(DEMO_COCO) --work-dir work_dirs/demo_coco
 
 # The segmentation demo: UperNet XCiT-N12/16 on the synthetic ADE20K-format
 # dataset, reporting aAcc, mIoU and mAcc.
-demo-ade20k: install
+demo-ade20k: $(SETUP)
 	$(PY) tools/make_synthetic_data.py ade20k data/synthetic_ade20k
 	$(PY) tools/train.py $(DEMO_ADE20K) --work-dir work_dirs/demo_ade20k
 
@@ -100,9 +105,7 @@ GPU_BACKBONE_ROWS := xcit_small_12_p16@reference xcit_small_12_p16 \
     xcit_small_12_p16@amp xcit_small_12_p16@always+amp \
     xcit_small_12_p16@reference+bf16 xcit_small_12_p16@bf16
 
-# PY=... on the command line: that Python as it is set up (a GPU machine's
-# image), without `make install`
-gpu-report: $(if $(filter command line,$(origin PY)),,install)
+gpu-report: $(SETUP)
 	@$(PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "make gpu-report: PyTorch sees no CUDA device on this machine")'
 	@steps="$(if $(filter all,$(STEP)),$(GPU_STEPS),$(STEP))"; \
 	for step in $$steps; do case " $(GPU_STEPS) " in *" $$step "*) ;; \

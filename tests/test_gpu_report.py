@@ -56,15 +56,19 @@ def test_steps_with_a_given_python_skip_the_set_up():
     """``make gpu-report PY=python3 STEP='tests backbone'`` on a GPU
     machine whose Python is set up already (the lent machine's image):
     the steps in order with that Python, without ``make install``; without
-    PY, the set-up first."""
-    def dry_run(*args):
-        return subprocess.run(['make', '-n', 'gpu-report', *args], cwd=REPO,
+    PY, the set-up first. The same for ``make demo``."""
+    def dry_run(*args, target='gpu-report'):
+        return subprocess.run(['make', '-n', target, *args], cwd=REPO,
                               capture_output=True, text=True).stdout
     out = dry_run('PY=python3', 'STEP=tests backbone')
     assert 'setup_env.sh' not in out
     assert out.index('python3 -m pytest') < out.index(
         'python3 tools/benchmark.py')
     assert 'setup_env.sh' in dry_run('STEP=tests')
+    # so does `make demo` (timed on a GPU machine's Python)
+    demo = dry_run('PY=python3', target='demo')
+    assert 'setup_env.sh' not in demo and 'python3 tools/train.py' in demo
+    assert 'setup_env.sh' in dry_run(target='demo')
 
 
 def test_a_failed_step_does_not_stop_the_next(tmp_path):

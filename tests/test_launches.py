@@ -93,18 +93,19 @@ def launches_per_block(model, x, setting, dtype, monkeypatch):
     return max(counter.counts.values()), outside
 
 
-@pytest.mark.parametrize('dtype, most', [(None, (16, MOST_OUTSIDE[0])),
+@pytest.mark.parametrize('dtype, most', [(None, (15, MOST_OUTSIDE[0])),
                                          (torch.float16,
-                                          (19, MOST_OUTSIDE[1]))])
+                                          (18, MOST_OUTSIDE[1]))])
 def test_each_block_launches_fewer_kernels_on_cudas_path(monkeypatch, dtype,
                                                          most):
     """Inference: XCA's attention core in 3 Triton kernels, LPI's branch
     with its layer scale and residual in 3, each layer scale with its
     residual in one pass (addcmul), the linear layers' weights cast to
-    autocast's dtype once, eval-mode BatchNorm folded once into the stem
-    and the up-sampler; no more launches than were counted when these
-    were written, per block (fp32: 16 against 29 for the straightforward
-    computation; fp16 autocast: 19 against 45) and in the stem, positional
+    autocast's dtype once, LPI's norm's scale and shift from its running
+    statistics and eval-mode BatchNorm folded into the stem and the
+    up-sampler derived once; no more launches than were counted when these
+    were written, per block (fp32: 15 against 29 for the straightforward
+    computation; fp16 autocast: 18 against 45) and in the stem, positional
     encoding and pyramid."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
     model = randomized().eval()
@@ -140,7 +141,8 @@ def test_cudas_inference_path_matches_the_straightforward_one(monkeypatch,
 
 def test_weights_cast_once_follow_every_change(monkeypatch):
     """Under autocast the linear layers' weights are cast once for the
-    calls that follow; a weight updated in place, a layer replaced and a
+    calls that follow, and LPI's norm's running scale and shift derived
+    once; a weight or statistic updated in place, a layer replaced and a
     hook added are each seen on the next call, as the straightforward
     computation sees them."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
@@ -158,6 +160,7 @@ def test_weights_cast_once_follow_every_change(monkeypatch):
     with torch.no_grad():
         block.attn.qkv.weight.mul_(-1)
         block.mlp.fc2.bias.add_(1)
+        block.local_mp.bn.running_var.mul_(3)
     assert_as_straightforward()
     block.mlp.fc1 = torch.nn.Linear(block.mlp.fc1.in_features,
                                     block.mlp.fc1.out_features)

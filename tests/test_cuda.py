@@ -483,24 +483,25 @@ def test_resume_on_one_gpu(tiny_coco, tmp_path):
     config = _gpu_config(tmp_path, tiny_coco)
     runs = {name: tmp_path / name for name in ('reference', 'rerun', 'work')}
 
+    def command(name, *args):
+        return [sys.executable, 'tools/train.py', str(config), '--work-dir',
+                str(runs[name]), *args]
+
     def train(name, *args):
         with open(tmp_path / f'{name}.log', 'w') as log:
-            return subprocess.Popen(
-                [sys.executable, 'tools/train.py', str(config),
-                 '--work-dir', str(runs[name]), *args], cwd=REPO,
-                stdout=log, stderr=subprocess.STDOUT)
+            return subprocess.Popen(command(name, *args), cwd=REPO,
+                                    stdout=log, stderr=subprocess.STDOUT)
 
     procs = {name: train(name) for name in ('reference', 'rerun')}
-    code, _ = _interrupt(
-        [sys.executable, 'tools/train.py', str(config), '--work-dir',
-         str(runs['work'])], tmp_path / 'killed.log',
-        r'Iter\(train\) \[5/6\]', signal.SIGKILL)
+    code, _ = _interrupt(command('work'), tmp_path / 'killed.log',
+                         r'Iter\(train\) \[5/6\]', signal.SIGKILL)
     assert code == -signal.SIGKILL
     procs['work'] = train('work', '--resume')
     for name, proc in procs.items():
-        log = (tmp_path / f'{name}.log')
-        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-    assert 'resumed epoch: 0, iter: 4' in log.read_text()
+        assert proc.wait(timeout=300) == 0, \
+            (tmp_path / f'{name}.log').read_text()[-3000:]
+    assert 'resumed epoch: 0, iter: 4' in \
+        (tmp_path / 'work.log').read_text()
 
     def state(name, it):
         return torch.load(runs[name] / f'iter_{it}.pth', map_location='cpu',

@@ -81,6 +81,34 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
     assert '| xcit_nano_12_p16@cp+amp | 64x64 | 2 | train |' in table
 
 
+def test_each_variant_against_the_reference_of_its_precision():
+    """@amp against @reference+amp, @bf16 against @reference+bf16, the
+    fp32 rows against @reference, whichever order the rows came in; a
+    precision without its own reference falls back to fp32's."""
+    from xcit_dense.benchmark.report import ratio_rows
+
+    def row(model, seconds, mem):
+        return dict(model=model, h=64, w=96, batch=1, mode='infer',
+                    seconds=seconds, peak_mem_gib=mem,
+                    activation_mem_gib=mem / 2)
+
+    results = [row('xcit_nano_12_p16@reference', 10.0, 1.0),
+               row('xcit_nano_12_p16', 5.0, 1.0),
+               row('xcit_nano_12_p16@reference+amp', 8.0, 0.8),
+               row('xcit_nano_12_p16@amp', 2.0, 0.4),
+               row('xcit_nano_12_p16@reference+bf16', 20.0, 2.0),
+               row('xcit_nano_12_p16@bf16', 4.0, 1.0),
+               row('xcit_nano_12_p16@always', 2.5, 0.5)]
+    speedups = {r['model']: (r['speedup'], r['peak_mem_ratio'])
+                for r in ratio_rows(results)}
+    assert speedups == {'xcit_nano_12_p16': (2.0, 1.0),
+                        'xcit_nano_12_p16@amp': (4.0, 0.5),
+                        'xcit_nano_12_p16@bf16': (5.0, 0.5),
+                        'xcit_nano_12_p16@always': (4.0, 0.5)}
+    fp32_only = [results[0], results[3]]
+    assert ratio_rows(fp32_only)[0]['speedup'] == 5.0
+
+
 def test_benchmark_rejects_bad_names(tmp_path):
     import runpy
 

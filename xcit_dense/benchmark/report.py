@@ -19,12 +19,17 @@ def _fmt(value, spec):
     return '' if value is None else format(value, spec)
 
 
+# the variants that change the precision a row computes in
+PRECISIONS = frozenset({'amp', 'bf16'})
+
+
 def ratio_rows(results, against: str = 'reference'):
     """Speed-up and memory ratios at the same size, batch and mode: each
     variant against its ``@reference`` (``against='reference'``; the
     reference with the same precision variant, ``@reference+amp`` for
-    ``@amp``, where it was measured), or each runtime row against the eager
-    PyTorch row of its model (``'eager'``)."""
+    ``@amp`` and ``@reference+bf16`` for ``@bf16``, where it was measured,
+    else the fp32 one), or each runtime row against the eager PyTorch row
+    of its model (``'eager'``)."""
     def parts(r):
         base, _, suffix = r['model'].partition('@')
         return base, set(filter(None, suffix.split('+')))
@@ -40,11 +45,14 @@ def ratio_rows(results, against: str = 'reference'):
     def compared(r):
         return against == 'reference' or parts(r)[1] & set(RUNTIMES)
 
-    refs = {key(r, frozenset(parts(r)[1] & {'amp'})): r for r in results
+    def precision(r):
+        return frozenset(parts(r)[1] & PRECISIONS)
+
+    refs = {key(r, precision(r)): r for r in results
             if 'error' not in r and is_baseline(r)}
     rows = []
     for r in results:
-        ref = refs.get(key(r, frozenset(parts(r)[1] & {'amp'}))) or \
+        ref = refs.get(key(r, precision(r))) or \
             refs.get(key(r, frozenset()))
         if ref is None or r is ref or 'error' in r or not compared(r) or \
                 is_baseline(r):

@@ -20,9 +20,9 @@ class Mlp(TimmMlp):
     wide). :meth:`residual_forward` folds the block's pre-norm, layer scale
     and, in inference, the residual into the same pass. Elsewhere (CUDA,
     autocast, ``torch.compile``) the linear layers are PyTorch's, with the
-    layer scale folded into ``fc2``; in CUDA's eager inference it is
-    applied with the residual in one pass instead, and under autocast the
-    weights are cast once, not on every call (fewer launches).
+    layer scale folded into ``fc2``; on CUDA's eager path it is applied
+    with the residual in one pass instead, and in inference under autocast
+    the weights are cast once, not on every call (fewer launches).
     """
     use_fast_path = True
 
@@ -59,12 +59,13 @@ class Mlp(TimmMlp):
         live = not dropout_off or (
             residual and not policy.is_inactive(drop_path))
         backend = onednn.select_backend(x, stochastic=live)
-        # CUDA's eager inference: the layer scale with the residual in one
-        # pass after fc2 (folding it into fc2 would launch two products and
-        # two casts of the weights per call); else folded into fc2 (in
-        # training autograd then keeps no product for gamma's gradient)
+        # CUDA's eager path: the layer scale with the residual in one pass
+        # after fc2 (folding it into fc2 launches two products, their two
+        # backward products and a sum more per call, and in inference two
+        # casts of the weights); else folded into fc2 (in training autograd
+        # then keeps no product for gamma's gradient)
         scale_after = residual and not live and backend == 'torch' and \
-            policy.on_kernel_device(x) and not torch.is_grad_enabled()
+            policy.on_kernel_device(x)
         if scale_after:  # and under autocast its casts of the weights once
             dtype = policy.kernel_dtype(x)
             w1, b1 = derived.autocast_weights(self, 'fc1', fc1, dtype)

@@ -120,6 +120,13 @@ def crop(y: torch.Tensor, H: int, W: int, stride: int) -> torch.Tensor:
     ``-(-H // s)`` would become ``floor(H / s)`` in an exported graph. With
     ``narrow`` rather than a slice, whose end PyTorch 2.11's export cannot
     prove within the map for a free input size (it gave the map an unknown
-    size, on which mmdet's FPN could not be exported)."""
-    return y.narrow(-2, 0, (H + stride - 1) // stride).narrow(
-        -1, 0, (W + stride - 1) // stride)
+    size, on which mmdet's FPN could not be exported). A map of that size
+    already is returned as it is in eager calls (autograd's backward of a
+    crop copies the gradient into zeros, per dimension); traced, compiled
+    and exported graphs keep the crop, which holds for every input size."""
+    h, w = (H + stride - 1) // stride, (W + stride - 1) // stride
+    if type(h) is int and type(w) is int and \
+            tuple(y.shape[-2:]) == (h, w) and \
+            not (torch.jit.is_tracing() or torch.compiler.is_compiling()):
+        return y
+    return y.narrow(-2, 0, h).narrow(-1, 0, w)

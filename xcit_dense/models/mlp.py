@@ -21,8 +21,9 @@ class Mlp(TimmMlp):
     and, in inference, the residual into the same pass. Elsewhere (CUDA,
     autocast, ``torch.compile``) the linear layers are PyTorch's, with the
     layer scale folded into ``fc2``; on CUDA's eager path it is applied
-    with the residual in one pass instead, and in inference under autocast
-    the weights are cast once, not on every call (fewer launches).
+    with the residual in one pass instead, and under autocast the weights
+    are cast once in inference, not on every call, and together in
+    training (fewer launches).
     """
     use_fast_path = True
 
@@ -66,10 +67,10 @@ class Mlp(TimmMlp):
         # then keeps no product for gamma's gradient)
         scale_after = residual and not live and backend == 'torch' and \
             policy.on_kernel_device(x)
-        if scale_after:  # and under autocast its casts of the weights once
+        if scale_after:  # under autocast, the weights cast together
             dtype = policy.kernel_dtype(x)
-            w1, b1 = derived.autocast_weights(self, 'fc1', fc1, dtype)
-            w2, b2 = derived.autocast_weights(self, 'fc2', fc2, dtype)
+            (w1, b1), (w2, b2) = derived.autocast_weights(
+                self, 'fc', (fc1, fc2), dtype)
         else:
             w1, b1 = fc1.weight, fc1.bias
             w2, b2 = fold_scale(fc2.weight, fc2.bias, gamma)

@@ -34,9 +34,9 @@ class XCA(TimmXCA):
       values in three Triton kernels each way (:mod:`.ops.xca_kernels`), for
       fp32, fp16 and bf16 with inactive attention dropout;
       :meth:`residual_forward` adds the layer-scaled branch to the residual
-      in one pass; in inference under autocast the ``qkv`` and ``proj``
-      weights are cast once, not on every call (plain ``nn.Linear`` layers
-      without hooks; any other runs as it is).
+      in one pass; under autocast the ``qkv`` and ``proj`` weights are cast
+      once in inference, not on every call, and together in training
+      (plain ``nn.Linear`` layers without hooks; any other runs as it is).
     """
     use_fast_path = True
 
@@ -47,7 +47,8 @@ class XCA(TimmXCA):
             return self._from_second_moments(x)
         B, N, C = x.shape
         heads = self.num_heads
-        qkv = self._linear('qkv', x, path)
+        weights = self._autocast_weights(x, path)
+        qkv = self._linear(self.qkv, x, weights and weights[0])
         if path == KERNELS and self._kernels_take(qkv):
             x = xca_kernels.attention(qkv, self.temperature, heads)
         else:
@@ -59,21 +60,29 @@ class XCA(TimmXCA):
             attn = (q @ k.transpose(-2, -1)) * self.temperature
             attn = self.attn_drop(attn.softmax(dim=-1))
             x = (attn @ v).permute(0, 3, 1, 2).reshape(B, N, C)
-        return self.proj_drop(self._linear('proj', x, path))
+        return self.proj_drop(
+            self._linear(self.proj, x, weights and weights[1]))
 
-    def _linear(self, name: str, x: torch.Tensor,
-                path: Optional[str]) -> torch.Tensor:
-        """The linear layer ``name`` of ``x``; on the kernels' path, in
-        inference under autocast, with a plain ``nn.Linear``'s weights cast
-        once, not on every call (:func:`.ops.derived.autocast_weights`)."""
-        layer = getattr(self, name)
+    def _autocast_weights(self, x: torch.Tensor, path: Optional[str]
+                          ) -> Optional[list]:
+        """On the kernels' path under autocast, with plain ``nn.Linear``
+        layers without hooks: ``qkv``'s and ``proj``'s weights and biases
+        in autocast's dtype, cast once in inference and together in
+        training (:func:`.ops.derived.autocast_weights`). Else None: the
+        layers run as they are."""
         dtype = policy.kernel_dtype(x)
-        if path != KERNELS or torch.is_grad_enabled() or \
-                not policy.is_plain_linear(layer) or \
-                dtype == layer.weight.dtype:
-            return layer(x)
-        return F.linear(x, *derived.autocast_weights(self, name, layer,
-                                                     dtype))
+        if path != KERNELS or not (policy.is_plain_linear(self.qkv) and
+                                   policy.is_plain_linear(self.proj)) or \
+                dtype == self.qkv.weight.dtype:
+            return None
+        return derived.autocast_weights(self, 'linear', (self.qkv, self.proj),
+                                        dtype)
+
+    @staticmethod
+    def _linear(layer: nn.Module, x: torch.Tensor,
+                weights: Optional[tuple]) -> torch.Tensor:
+        """``layer(x)``, or with ``weights`` (its own, cast) as its call."""
+        return layer(x) if weights is None else F.linear(x, *weights)
 
     def residual_forward(self, x: torch.Tensor, norm: nn.Module,
                          gamma: torch.Tensor,

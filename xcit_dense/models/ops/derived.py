@@ -1,8 +1,19 @@
 """Tensors derived from a module's weights (a BatchNorm folded into a
 convolution, weights cast to autocast's dtype), kept across inference calls
-while the weights stay as they are."""
+while the weights stay as they are; in training, weights cast to autocast's
+dtype together."""
+import math
 import weakref
-from typing import Callable, Dict, Hashable, Optional, Tuple, TypeVar
+from typing import (
+    Callable,
+    Dict,
+    Hashable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 import torch
 import torch.nn as nn
@@ -42,16 +53,52 @@ def kept(owner: nn.Module, slot: Hashable, derive: Callable[[], T],
     return result
 
 
-def autocast_weights(owner: nn.Module, slot: Hashable, layer: nn.Linear,
-                     dtype: torch.dtype
-                     ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """``layer``'s weight and bias in ``dtype`` (autocast's, as autocast
-    casts them for every call of a linear layer), :func:`kept` in
-    ``owner`` under ``slot``: an inference call under autocast then
-    launches no casts of them."""
-    weight, bias = layer.weight, layer.bias
-    if weight.dtype == dtype:
-        return weight, bias
-    return kept(owner, slot, lambda: (
-        weight.to(dtype), None if bias is None else bias.to(dtype)),
-        layer, weight, bias, dtype)
+def autocast_weights(owner: nn.Module, slot: Hashable,
+                     layers: Sequence[nn.Linear], dtype: torch.dtype
+                     ) -> List[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
+    """Each of ``layers``' weight and bias in ``dtype`` (autocast's, as
+    autocast casts them for every call of a linear layer). In inference
+    :func:`kept` in ``owner`` under ``slot``: a call under autocast then
+    launches no casts of them. Where autograd records, cast together
+    (:class:`_CastTogether`): one copy and one cast each way for all of
+    them, where autocast launches a cast per tensor each way."""
+    tensors = [t for layer in layers for t in (layer.weight, layer.bias)]
+    present = [t for t in tensors if t is not None]
+    if all(t.dtype == dtype for t in present):
+        cast = tensors
+    elif torch.is_grad_enabled() and len({t.dtype for t in present}) == 1 \
+            and any(t.requires_grad for t in present):
+        together = iter(_CastTogether.apply(dtype, *present))
+        cast = [None if t is None else next(together) for t in tensors]
+    else:
+        cast = kept(owner, slot, lambda: [
+            None if t is None else t.to(dtype) for t in tensors],
+            *layers, *tensors, dtype)
+    return [(cast[i], cast[i + 1]) for i in range(0, len(cast), 2)]
+
+
+class _CastTogether(torch.autograd.Function):
+    """Tensors of one dtype -> the same in ``dtype``, as ``t.to(dtype)``
+    each, forward and backward, in two launches each way (one copy into a
+    flat buffer, one cast of it) whatever their number; the results, and
+    the gradients, are views of one buffer."""
+
+    @staticmethod
+    def forward(ctx, dtype: torch.dtype, *tensors: torch.Tensor):
+        ctx.source = tensors[0].dtype
+        ctx.shapes = [t.shape for t in tensors]
+        flat = torch.cat([t.reshape(-1) for t in tensors]).to(dtype)
+        return _views(flat, ctx.shapes)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        # (autograd hands zeros for a result that got no gradient)
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(ctx.source)
+        return (None, *_views(flat, ctx.shapes))
+
+
+def _views(flat: torch.Tensor, shapes) -> Tuple[torch.Tensor, ...]:
+    """``flat`` as consecutive tensors of ``shapes``."""
+    sizes = [math.prod(shape) for shape in shapes]
+    return tuple(part.view(shape)
+                 for part, shape in zip(flat.split(sizes), shapes))

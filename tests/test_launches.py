@@ -34,7 +34,7 @@ NO_LAUNCH = frozenset({
     'view', 'expand', 'permute', 't', '_unsafe_view', 'slice', 'select',
     'alias', 'transpose', 'unbind', 'new_empty', 'empty', 'empty_like',
     'empty_strided', 'detach', 'as_strided', 'split', 'unsqueeze',
-    'squeeze', 'reshape', 'lift_fresh'})
+    'squeeze', 'reshape', 'lift_fresh', 'split_with_sizes'})
 
 
 class Launches(TorchDispatchMode):
@@ -207,7 +207,7 @@ def training_launches(model, x, setting, dtype):
 def test_training_steps_launch_fewer_kernels_on_cudas_path(monkeypatch):
     """A training step of XCiT-N12 (4 blocks, 32x48, batch 2) under fp16
     autocast, as the recipes train on GPUs, on CUDA's path launches no
-    more than was counted when these were written: 429 against 683 for the
+    more than was counted when these were written: 413 against 683 for the
     straightforward computation. The pyramid's levels that have their size
     already are not cropped (a crop's backward copies into zeros), the
     MLP's layer scale goes with the residual in one pass (folded into fc2
@@ -221,7 +221,7 @@ def test_training_steps_launch_fewer_kernels_on_cudas_path(monkeypatch):
     straightforward = training_launches(model, x, False, torch.float16)
     print(f'launches per training step: {fast} (straightforward: '
           f'{straightforward})')
-    assert fast <= 429 and fast < straightforward
+    assert fast <= 413 and fast < straightforward
 
 
 def test_weights_cast_together_are_each_cast(monkeypatch):

@@ -65,17 +65,17 @@ test: install
 #             forward and backward at XCiT-S12's shapes under each
 #             candidate, fp32, bf16 and fp16 (tile_sweep.jsonl)
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
-#             straightforward, default, every fast path (on CUDA: XCA's and
-#             LPI's Triton kernels); fp32, fp16 AMP and bf16 autocast;
-#             inference at batch 1 (backbone/), training steps at batch 2
-#             (backbone_train/): 16 processes, about 20 s each on an H200
+#             straightforward and default (on CUDA every fast path: XCA's
+#             and LPI's Triton kernels; '@always' is the same code there);
+#             fp32, fp16 AMP and bf16 autocast; inference at batch 1
+#             (backbone/), training steps at batch 2 (backbone_train/): 12
+#             processes, about 20 s each on an H200
 #   graphs    the same backbone's inference replayed from CUDA graphs
 #             (backbone_graphs/), and its AMP training steps
 #             (backbone_graphs_train/), beside their straightforward rows
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
-#             steps, default and with the backbone's every fast path (on
-#             CUDA its Triton kernels), against their fast_path=False
-#             baselines
+#             steps, default (on CUDA the backbone's every fast path, its
+#             Triton kernels), against their fast_path=False baselines
 #   compiled  the backbone compiled (Inductor, static shapes), whose
 #             compilations take longest: its inference and training rows
 #             (backbone_compiled/), then the probe's compiled rows
@@ -96,13 +96,12 @@ STEP ?= all
 GPU_BENCH := $(PY) tools/benchmark.py --device cuda --repeat 20 --warmup 3 \
     --timeout 300
 # the issue's targets: inference at batch 1, training steps at batch 2;
-# straightforward, default, every fast path; fp32, fp16 autocast (AMP as
+# straightforward and default; fp32, fp16 autocast (AMP as
 # mmengine's AmpOptimWrapper runs it) and the backbone's own bf16 autocast
 # (straightforward too: on the H200 the default's training step took 49.5 ms
 # under it against 35.8 under fp16)
 GPU_BACKBONE_ROWS := xcit_small_12_p16@reference xcit_small_12_p16 \
-    xcit_small_12_p16@always xcit_small_12_p16@reference+amp \
-    xcit_small_12_p16@amp xcit_small_12_p16@always+amp \
+    xcit_small_12_p16@reference+amp xcit_small_12_p16@amp \
     xcit_small_12_p16@reference+bf16 xcit_small_12_p16@bf16
 
 gpu-report: $(SETUP)
@@ -143,22 +142,19 @@ gpu-report-backbone:
 gpu-report-graphs:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs --sizes 800x1344 \
 	    --models xcit_small_12_p16@reference xcit_small_12_p16@graphs \
-	    xcit_small_12_p16@always+graphs xcit_small_12_p16@reference+amp \
-	    xcit_small_12_p16@amp+graphs xcit_small_12_p16@always+amp+graphs \
+	    xcit_small_12_p16@reference+amp xcit_small_12_p16@amp+graphs \
 	    --batch 1 2 --modes infer
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs_train \
 	    --sizes 800x1344 --models xcit_small_12_p16@reference+amp \
-	    xcit_small_12_p16@amp+graphs xcit_small_12_p16@always+amp+graphs \
-	    --batch 2 --modes train
+	    xcit_small_12_p16@amp+graphs --batch 2 --modes train
 
 gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \
 	    --models mask_rcnn_xcit_s12@reference+amp mask_rcnn_xcit_s12@amp \
-	    mask_rcnn_xcit_s12@always+amp mask_rcnn_swin_t@amp --batch 2 \
-	    --modes train
+	    mask_rcnn_swin_t@amp --batch 2 --modes train
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads_ade20k --sizes 512x512 \
 	    --models upernet_xcit_s12@reference+amp upernet_xcit_s12@amp \
-	    upernet_xcit_s12@always+amp --batch 2 --modes train
+	    --batch 2 --modes train
 
 gpu-report-compiled:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_compiled --sizes 800x1344 \

@@ -1,10 +1,10 @@
-"""tools/compile_kernels.py: XCA's and LPI's Triton kernels compiled for an
-H100 (sm_90) on this machine, which has no GPU, as a training step and an
-inference of XCiT-S12 launch them in fp32 and under bf16 autocast: every
-kernel compiles, and none spills registers to local memory or needs more
-shared memory than the GPU has. The interpreter (tests/test_*_kernels.py)
-checks the kernels' arithmetic; this checks what the GPU compiler makes of
-them."""
+"""tools/compile_kernels.py: XCA's, LPI's and the pre-norms' Triton kernels
+compiled for an H100 (sm_90) on this machine, which has no GPU, as a
+training step and an inference of XCiT-S12 launch them in fp32 and under
+bf16 autocast: every kernel compiles, and none spills registers to local
+memory or needs more shared memory than the GPU has. The interpreter
+(tests/test_*_kernels.py) checks the kernels' arithmetic; this checks what
+the GPU compiler makes of them."""
 import json
 import os
 import subprocess
@@ -27,7 +27,8 @@ LAUNCHED = {
     'xca_kernels._attend', 'xca_kernels._score_gradients',
     'xca_kernels._token_gradients', 'lpi_kernels._forward',
     'lpi_kernels._statistics', 'lpi_kernels._backward',
-    'lpi_kernels._parameter_gradients', 'lpi_kernels._gelu_backward'}
+    'lpi_kernels._parameter_gradients', 'lpi_kernels._gelu_backward',
+    'layer_norm_kernels._forward', 'layer_norm_kernels._backward'}
 
 
 def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn as nn
 
 from xcit_dense import fast_path
 from xcit_dense.models import policy
@@ -268,6 +269,38 @@ def test_lpi_kernels_match_the_straightforward_branch(no_tf32, dtype,
     for i, (g, r) in enumerate(zip([got[0], *got[1], *got[2]],
                                    [ref[0], *ref[1], *ref[2]])):
         assert _relative(g, r) < tol[dtype], i
+
+
+@pytest.mark.parametrize('out_dtype', [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize('in_dtype', [torch.float32, torch.float16])
+def test_layer_norm_kernels_match_the_norm_and_its_cast(in_dtype, out_dtype):
+    """The pre-norms' kernels compiled for the GPU at XCiT-S12's width and
+    the tokens of two 800x1344 images (ragged programs): the output against
+    ``nn.LayerNorm``'s (in fp32, as autocast computes it) cast to
+    ``out_dtype``, the gradients against its in fp32 (the CPU tests run the
+    same kernels interpreted, tests/test_layer_norm_kernels.py)."""
+    from xcit_dense.models.ops import layer_norm_kernels
+    torch.manual_seed(0)
+    norm = nn.LayerNorm(384).cuda()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.normal_(0, 0.3)
+    x = (torch.randn(2, 4201, 384, device='cuda') * 3 + 1).to(in_dtype)
+    grad = torch.randn(2, 4201, 384, device='cuda').to(out_dtype)
+
+    def outputs_and_gradients(fn, x):
+        x = x.detach().requires_grad_()
+        y = fn(x)
+        return (y, *torch.autograd.grad(y, (x, norm.weight, norm.bias),
+                                        grad.to(y.dtype)))
+    got = outputs_and_gradients(
+        lambda t: layer_norm_kernels.layer_norm(t, norm, out_dtype), x)
+    ref = outputs_and_gradients(lambda t: norm(t), x.float())
+    assert got[0].dtype == out_dtype and got[1].dtype == in_dtype
+    assert _relative(got[0], ref[0]) < 1e-2
+    tol = 1e-5 if in_dtype == torch.float32 else 2e-3
+    for name, g, r in zip(('x', 'weight', 'bias'), got[1:], ref[1:]):
+        assert _relative(g, r) < tol, name
 
 
 @pytest.mark.parametrize('setting, amp, device', [

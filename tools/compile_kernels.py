@@ -1,17 +1,17 @@
 """Compile the backbone's Triton kernels for NVIDIA GPUs on a machine without
 one, and report what each compiled kernel uses.
 
-The CPU tests run XCA's and LPI's kernels in Triton's interpreter, which
-checks their arithmetic but not what the GPU compiler makes of them: a tile
-shape or a ``tl.dot`` it rejects, registers spilled to local memory (slow),
-shared memory above the GPU's limit. This tool runs an XCiT preset's
-training step (forward and backward) and its inference on the CPU with the
-kernels selected as on a GPU, fp32 and under autocast, and instead of
-launching each kernel has Triton compile it, as the GPU's first call would,
-for each CUDA architecture asked for (Triton ships NVIDIA's ``ptxas``). Per
-kernel and variant it prints the registers per thread, the local memory
-(bytes of stack per thread: spills) and the shared memory of the cubin
-Triton made (``cuobjdump -res-usage``, Triton's copy).
+The CPU tests run XCA's, LPI's and the pre-norms' kernels in Triton's
+interpreter, which checks their arithmetic but not what the GPU compiler
+makes of them: a tile shape or a ``tl.dot`` it rejects, registers spilled to
+local memory (slow), shared memory above the GPU's limit. This tool runs an
+XCiT preset's training step (forward and backward) and its inference on the
+CPU with the kernels selected as on a GPU, fp32 and under autocast, and
+instead of launching each kernel has Triton compile it, as the GPU's first
+call would, for each CUDA architecture asked for (Triton ships NVIDIA's
+``ptxas``). Per kernel and variant it prints the registers per thread, the
+local memory (bytes of stack per thread: spills) and the shared memory of
+the cubin Triton made (``cuobjdump -res-usage``, Triton's copy).
 
     python tools/compile_kernels.py                        # S12/16, 800x1344
     python tools/compile_kernels.py --arch 80 90 --dtype bfloat16 --check

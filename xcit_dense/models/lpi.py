@@ -9,7 +9,7 @@ from mmcv.cnn import build_norm_layer
 from timm.models.xcit import LPI as TimmLPI
 
 from . import policy
-from .ops import lpi_kernels, onednn
+from .ops import layer_norm_kernels, lpi_kernels, onednn
 from .ops.folding import fold_scale
 
 CHANNELS_LAST, KERNELS = 'channels last', 'kernels'
@@ -64,9 +64,11 @@ class LPI(TimmLPI):
         of a block."""
         path = self._fast_path(x)
         if path == KERNELS:
+            # the norm's output in the dtype the kernels take
+            z = layer_norm_kernels.pre_norm(norm, x)
             if policy.is_inactive(drop_path):
-                return self._kernels(norm(x), H, W, gamma, x)
-            return x + drop_path(self._kernels(norm(x), H, W, gamma))
+                return self._kernels(z, H, W, gamma, x)
+            return x + drop_path(self._kernels(z, H, W, gamma))
         if path == CHANNELS_LAST:
             return self._channels_last(norm(x), H, W, gamma, x, drop_path)
         return x + drop_path(gamma * self(norm(x), H, W))

@@ -6,7 +6,7 @@ import torch.nn as nn
 from timm.layers import Mlp as TimmMlp
 
 from . import policy
-from .ops import derived, onednn, pieces
+from .ops import derived, layer_norm_kernels, onednn, pieces
 from .ops.folding import fold_scale
 
 
@@ -82,9 +82,13 @@ class Mlp(TimmMlp):
         # identities (the 'fused' backend)
         fuse_residual = residual and backend == 'fused'
 
+        # CUDA's path: the norm's output in the dtype fc1 takes
+        pre_norm = layer_norm_kernels.pre_norm if backend == 'torch' and \
+            policy.on_kernel_device(x) else (lambda n, t: n(t))
+
         def output(sl: slice) -> torch.Tensor:
             xs = x[:, sl]
-            z = norm(xs) if residual else xs
+            z = pre_norm(norm, xs) if residual else xs
             res = xs if fuse_residual else None
             if one_call:  # dropout is off: drop1, drop2 are identities
                 y = onednn.mlp(z, w1, b1, w2, b2, residual=res,

@@ -236,13 +236,27 @@ def is_exact_gelu(module: nn.Module) -> bool:
     return type(module) is nn.GELU and module.approximate == 'none'
 
 
+def _hooked(module: nn.Module) -> bool:
+    """``module`` has forward hooks, its own or global."""
+    return bool(module._forward_hooks or module._forward_pre_hooks or
+                nn.modules.module._global_forward_hooks or
+                nn.modules.module._global_forward_pre_hooks)
+
+
 def is_plain_linear(layer: nn.Module) -> bool:
     """Exactly an ``nn.Linear`` with no forward hooks, its own or global:
     ``F.linear`` of its weights computes its call."""
-    return type(layer) is nn.Linear and not (
-        layer._forward_hooks or layer._forward_pre_hooks or
-        nn.modules.module._global_forward_hooks or
-        nn.modules.module._global_forward_pre_hooks)
+    return type(layer) is nn.Linear and not _hooked(layer)
+
+
+def is_plain_layer_norm(norm: nn.Module, channels: int) -> bool:
+    """Exactly an ``nn.LayerNorm`` over the last dimension of ``channels``,
+    with weight and bias, and no forward hooks: ``F.layer_norm`` of its
+    parameters computes its call."""
+    return type(norm) is nn.LayerNorm and \
+        tuple(norm.normalized_shape) == (channels,) and \
+        norm.weight is not None and norm.bias is not None and \
+        not _hooked(norm)
 
 
 def is_plain_conv(conv: nn.Module) -> bool:

@@ -9,7 +9,14 @@ import torch.nn.functional as F
 from timm.models.xcit import XCA as TimmXCA
 
 from . import policy
-from .ops import derived, onednn, pieces, second_moments, xca_kernels
+from .ops import (
+    derived,
+    layer_norm_kernels,
+    onednn,
+    pieces,
+    second_moments,
+    xca_kernels,
+)
 
 SECOND_MOMENTS, KERNELS = 'second moments', 'kernels'
 
@@ -92,9 +99,13 @@ class XCA(TimmXCA):
         path = self._fast_path(x)
         if path == SECOND_MOMENTS and type(norm) is nn.LayerNorm:
             return self._from_second_moments(x, norm, gamma, drop_path)
-        if path == KERNELS and policy.is_inactive(drop_path):
-            # the layer scale and the residual in one pass
-            return torch.addcmul(x, gamma, self(norm(x)))
+        if path == KERNELS:
+            # the norm's output in the dtype the qkv layer takes
+            z = self(layer_norm_kernels.pre_norm(norm, x))
+            if policy.is_inactive(drop_path):
+                # the layer scale and the residual in one pass
+                return torch.addcmul(x, gamma, z)
+            return x + drop_path(gamma * z)
         return x + drop_path(gamma * self(norm(x)))
 
     def _fast_path(self, x: torch.Tensor) -> Optional[str]:

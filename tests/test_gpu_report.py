@@ -99,6 +99,21 @@ def test_a_failed_step_does_not_stop_the_next(tmp_path):
     assert '[gpu-report] table ->' not in proc.stdout
 
 
+def test_demos_step_takes_the_demos_named():
+    """``GPU_DEMOS`` names the demos of ``STEP=demos`` (a few at a time fit
+    a 10-minute command); without it, the script's five."""
+    def command(*args):
+        proc = subprocess.run(['make', '-n', 'gpu-report-demos', 'PY=python',
+                               *args], cwd=REPO, capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr
+        return ' '.join(proc.stdout.replace('\\\n', ' ').split())
+    demo = 'configs/ade20k/demo_upernet_xcit_nano_synthetic.py'
+    assert command(f'GPU_DEMOS={demo}').endswith(
+        f'demos.sh work_dirs/gpu_report/demos {demo}')
+    assert command().endswith('demos.sh work_dirs/gpu_report/demos')
+
+
 def test_demos_train_at_once_and_report_each(tmp_path):
     """``STEP=demos``' script with stand-ins for the launcher and Python
     (the launch itself is tests/test_cuda.py's): every demo started at

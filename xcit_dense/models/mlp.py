@@ -8,6 +8,7 @@ from timm.layers import Mlp as TimmMlp
 from . import policy
 from .ops import derived, layer_norm_kernels, onednn, pieces
 from .ops.folding import fold_scale
+from .ops.residual import scaled_residual
 
 
 class Mlp(TimmMlp):
@@ -104,7 +105,7 @@ class Mlp(TimmMlp):
             if fuse_residual or not residual:
                 return y
             if scale_after:
-                return torch.addcmul(xs, gamma, y)
+                return scaled_residual(xs, gamma, y)
             return xs + drop_path(y)
 
         return pieces.assemble(x, pieces.pieces(N, fc1.out_features, x),

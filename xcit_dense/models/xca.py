@@ -17,6 +17,7 @@ from .ops import (
     second_moments,
     xca_kernels,
 )
+from .ops.residual import scaled_residual
 
 SECOND_MOMENTS, KERNELS = 'second moments', 'kernels'
 
@@ -104,7 +105,7 @@ class XCA(TimmXCA):
             z = self(layer_norm_kernels.pre_norm(norm, x))
             if policy.is_inactive(drop_path):
                 # the layer scale and the residual in one pass
-                return torch.addcmul(x, gamma, z)
+                return scaled_residual(x, gamma, z)
             return x + drop_path(gamma * z)
         return x + drop_path(gamma * self(norm(x)))
 

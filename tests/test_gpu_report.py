@@ -103,9 +103,9 @@ def test_demos_step_takes_the_demos_named():
     """``GPU_DEMOS`` names the demos of ``STEP=demos`` (a few at a time fit
     a 10-minute command); without it, the script's five."""
     def command(*args):
-        proc = subprocess.run(['make', '-n', 'gpu-report-demos', 'PY=python',
-                               *args], cwd=REPO, capture_output=True,
-                              text=True)
+        proc = subprocess.run(['make', '-n', '--no-print-directory',
+                               'gpu-report-demos', 'PY=python', *args],
+                              cwd=REPO, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
         return ' '.join(proc.stdout.replace('\\\n', ' ').split())
     demo = 'configs/ade20k/demo_upernet_xcit_nano_synthetic.py'

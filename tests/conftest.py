@@ -220,6 +220,7 @@ NARROW_MASK_RCNN = """neck=dict(out_channels=32),
 LONGEST_FILES = (  # per-file work measured on 2026-11-25 (2-core EPYC)
     'test_interruptions.py', 'test_benchmark_tool.py',
     'test_export_detector.py', 'test_export_onnx.py', 'test_ade20k.py',
+    'test_launches.py',  # 43 s alone on 2026-11-26
     'test_lpi_kernels.py', 'test_export_rpn_ranking.py', 'test_fast_path.py',
     'test_heads_learn.py', 'test_coco_configs.py', 'test_tta.py',
     'test_coco_tools.py', 'test_fast_path_policy.py',

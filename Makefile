@@ -65,8 +65,9 @@ test: install
 #             forward and backward at XCiT-S12's shapes under each
 #             candidate, fp32, bf16 and fp16 (tile_sweep.jsonl)
 #   backbone  tools/benchmark.py --device cuda, XCiT-S12/16 at 800x1344:
-#             straightforward and default (on CUDA every fast path: XCA's
-#             and LPI's Triton kernels; '@always' is the same code there);
+#             straightforward and default (on CUDA every fast path but the
+#             up-sampler's, XCA's and LPI's Triton kernels; '@always',
+#             which differs in the up-sampler alone, is left to the probe);
 #             fp32, fp16 AMP and bf16 autocast; inference at batch 1
 #             (backbone/), training steps at batch 2 (backbone_train/): 12
 #             processes, about 20 s each on an H200

@@ -25,7 +25,9 @@ class TransposedConvUpsampler(nn.Sequential):
     when the map is channels-last, as the backbone's taps are); eval-mode
     BatchNorm is folded into the convolution before it (once, while the
     weights and statistics stay as they are), exact GELU fused into its
-    GEMM, and the last one writes the NCHW output directly.
+    GEMM, and the last one writes the NCHW output directly. On the CPU, and
+    under ``torch.compile``; on CUDA eagerly it would launch more kernels
+    than the transposed convolutions (the policy's CUDA column).
     """
     use_fast_path = True
 

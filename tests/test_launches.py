@@ -2,13 +2,14 @@
 
 On a GPU the eager forward is bound by kernel launches (docs/performance.md,
 "GPU"), so what each block launches is part of its speed there. The CPU runs
-the same code with XCA's and LPI's Triton kernels interpreted
-(``TRITON_INTERPRET=1``, the devices the kernels run on widened to the
-CPU, its oneDNN kernels off): every operator that computes (views and
-allocations apart) and every Triton kernel is counted, per block, in a
-fresh autocast region as a call of the model makes one (the weights' casts
-included); and the path counted computes what the straightforward
-computation does.
+the same code with XCA's, LPI's and the pre-norms' Triton kernels
+interpreted (``TRITON_INTERPRET=1``, the devices the kernels run on widened
+to the CPU, the policy's CUDA column taken for the CPU's, its oneDNN
+kernels off): every operator that computes (views and allocations apart)
+and every Triton kernel is counted, per block, in a fresh autocast region
+as a call of the model makes one (the weights' casts included), and for a
+whole training step; and the path counted computes what the
+straightforward computation does.
 """
 import copy
 import os

@@ -61,13 +61,14 @@ class Mlp(TimmMlp):
         live = not dropout_off or (
             residual and not policy.is_inactive(drop_path))
         backend = onednn.select_backend(x, stochastic=live)
-        # CUDA's eager path: the layer scale with the residual in one pass
-        # after fc2 (folding it into fc2 launches two products, their two
-        # backward products and a sum more per call, and in inference two
-        # casts of the weights); else folded into fc2 (in training autograd
-        # then keeps no product for gamma's gradient)
-        scale_after = residual and not live and backend == 'torch' and \
-            policy.on_kernel_device(x)
+        # CUDA's eager path: PyTorch's GEMMs on a device of the kernels
+        cudas = backend == 'torch' and policy.on_kernel_device(x)
+        # there the layer scale with the residual in one pass after fc2
+        # (folding it into fc2 launches two products, their two backward
+        # products and a sum more per call, and in inference two casts of
+        # the weights); else folded into fc2 (in training autograd then
+        # keeps no product for gamma's gradient)
+        scale_after = residual and not live and cudas
         if scale_after:  # under autocast, the weights cast together
             dtype = policy.kernel_dtype(x)
             (w1, b1), (w2, b2) = derived.autocast_weights(
@@ -83,13 +84,14 @@ class Mlp(TimmMlp):
         # identities (the 'fused' backend)
         fuse_residual = residual and backend == 'fused'
 
-        # CUDA's path: the norm's output in the dtype fc1 takes
-        pre_norm = layer_norm_kernels.pre_norm if backend == 'torch' and \
-            policy.on_kernel_device(x) else (lambda n, t: n(t))
-
         def output(sl: slice) -> torch.Tensor:
             xs = x[:, sl]
-            z = pre_norm(norm, xs) if residual else xs
+            if not residual:
+                z = xs
+            elif cudas:  # the norm's output in the dtype fc1 takes
+                z = layer_norm_kernels.pre_norm(norm, xs)
+            else:
+                z = norm(xs)
             res = xs if fuse_residual else None
             if one_call:  # dropout is off: drop1, drop2 are identities
                 y = onednn.mlp(z, w1, b1, w2, b2, residual=res,

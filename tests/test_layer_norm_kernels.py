@@ -50,15 +50,23 @@ def test_kernels_match_the_norm_and_its_cast(channels, tokens, out_dtype):
         assert err < 1e-5, f'{name}: {err:.2e}'
 
 
-def test_pre_norm_only_where_it_is_written_for(monkeypatch):
-    """Under autocast a plain ``nn.LayerNorm``'s output comes in autocast's
-    dtype from the kernels; without autocast, for another norm, a subclass,
-    a hooked norm or one over other channels, ``norm(x)`` runs as it is."""
+@pytest.fixture
+def normed_in_kernels(monkeypatch):
+    """The norms the kernels compute from now on, in order, on CUDA's path
+    on the CPU (the devices the kernels run on widened to it)."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
     calls = []
     layer_norm = kernels.layer_norm
     monkeypatch.setattr(kernels, 'layer_norm', lambda *a: (
-        calls.append(1) or layer_norm(*a)))
+        calls.append(a[1]) or layer_norm(*a)))
+    return calls
+
+
+def test_pre_norm_only_where_it_is_written_for(normed_in_kernels):
+    """Under autocast a plain ``nn.LayerNorm``'s output comes in autocast's
+    dtype from the kernels; without autocast, for another norm, a subclass,
+    a hooked norm or one over other channels, ``norm(x)`` runs as it is."""
+    calls = normed_in_kernels
     x = torch.randn(1, 6, 32)
 
     def kernels_run(norm):
@@ -84,15 +92,11 @@ def test_pre_norm_only_where_it_is_written_for(monkeypatch):
     assert not kernels_run(hooked) and seen
 
 
-def test_blocks_take_their_pre_norms_in_autocasts_dtype(monkeypatch):
+def test_blocks_take_their_pre_norms_in_autocasts_dtype(normed_in_kernels):
     """On CUDA's path under autocast each block's three pre-norms run in
     the kernels (their outputs go on in autocast's dtype, with no cast);
     with ``fast_path=False`` none does."""
-    monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
-    calls = []
-    layer_norm = kernels.layer_norm
-    monkeypatch.setattr(kernels, 'layer_norm', lambda *a: (
-        calls.append(a[1]) or layer_norm(*a)))
+    calls = normed_in_kernels
     model = randomized().eval()
     x = torch.randn(1, 3, 32, 48)
     norms = [n for b in model.blocks for n in (b.norm1, b.norm3, b.norm2)]

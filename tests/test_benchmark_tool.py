@@ -109,6 +109,26 @@ def test_each_variant_against_the_reference_of_its_precision():
     assert ratio_rows(fp32_only)[0]['speedup'] == 5.0
 
 
+def test_graph_pools_idle_memory_counts_toward_the_peak():
+    """A CUDA graph's activations are allocated at its capture and then
+    held by its private pool unallocated: the peak of a replayed step
+    counts them (segments of ``torch.cuda.memory._snapshot()``'s layout;
+    pool (0, 0) is the caching allocator's own, whose free memory any
+    tensor can take)."""
+    from xcit_dense.benchmark.measure import idle_graph_pool_bytes
+
+    def segment(pool, total, allocated):
+        return dict(segment_pool_id=pool, total_size=total,
+                    allocated_size=allocated, segment_type='large')
+
+    snapshot = dict(segments=[segment((0, 0), 100, 10),
+                              segment((1, 0), 60, 20),
+                              segment([2, 0], 30, 30),
+                              segment((2, 0), 8, 0)])
+    assert idle_graph_pool_bytes(snapshot) == 48
+    assert idle_graph_pool_bytes(dict(segments=[])) == 0
+
+
 def test_benchmark_rejects_bad_names(tmp_path):
     import runpy
 

@@ -3,9 +3,10 @@
 Every measurement runs in a fresh process, so its peak memory is its own: on
 the CPU the peak resident set of that process (model and libraries included,
 plus "activation memory" = peak minus the resident set before the first step),
-on CUDA ``torch.cuda.max_memory_allocated``. Warm-up runs are excluded (the
-first call's time is reported separately: it includes ``torch.compile``), the
-median of the timed runs is reported, threads are stated. FLOPs come from
+on CUDA ``torch.cuda.max_memory_allocated`` plus the memory CUDA graphs'
+private pools hold unallocated (their activations). Warm-up runs are excluded
+(the first call's time is reported separately: it includes ``torch.compile``),
+the median of the timed runs is reported, threads are stated. FLOPs come from
 mmengine's counter (fvcore's convention: one multiply-add counts as one FLOP,
 so "GMAC") on the published design (for XCiT: the straightforward path, the
 same for every variant); the XCiT fast path executes fewer (XCA from second

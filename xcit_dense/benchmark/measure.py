@@ -101,6 +101,16 @@ def _rss_gib() -> float:
         return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**30
 
 
+def idle_graph_pool_bytes(snapshot: dict) -> int:
+    """Bytes that CUDA graphs' private memory pools hold unallocated
+    (``torch.cuda.memory._snapshot()``: segments of pool ``(0, 0)`` are the
+    caching allocator's own). ``torch.cuda.max_memory_allocated`` misses
+    them: a graph's activations are allocated once, at its capture."""
+    return sum(seg['total_size'] - seg['allocated_size']
+               for seg in snapshot['segments']
+               if tuple(seg.get('segment_pool_id', (0, 0))) != (0, 0))
+
+
 def outputs(out) -> List:
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
@@ -180,9 +190,10 @@ def timed(step: Callable, args) -> Dict:
     """Times (median after warm-up, the first call apart) and peak memory
     of ``step``; ``'out'``: the last step's output. On CUDA the peak is the
     timed steps' (not a compilation's or a graph capture's during the
-    warm-up), allocated and reserved (a CUDA graph's memory pool is
-    reserved, its tensors are not all allocated); on the CPU the process's
-    peak RSS."""
+    warm-up): the most memory allocated at once, plus the memory CUDA
+    graphs' private pools hold unallocated (a replayed graph's activations
+    live there; no other tensor can use it), and the most reserved; on the
+    CPU the process's peak RSS."""
     if args.device == 'cuda':
         torch.cuda.reset_peak_memory_stats()
         base_mem = torch.cuda.memory_allocated() / 2**30
@@ -202,8 +213,10 @@ def timed(step: Callable, args) -> Dict:
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
     if args.device == 'cuda':
-        peak = torch.cuda.max_memory_allocated() / 2**30
-        row['memory'] = 'cuda max allocated'
+        idle = idle_graph_pool_bytes(torch.cuda.memory._snapshot()) / 2**30
+        peak = torch.cuda.max_memory_allocated() / 2**30 + idle
+        row['memory'] = 'cuda max allocated + idle graph pools'
+        row['graph_pools_idle_gib'] = idle
         row['peak_reserved_gib'] = torch.cuda.max_memory_reserved() / 2**30
     else:  # ru_maxrss is in KiB on Linux
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

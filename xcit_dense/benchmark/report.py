@@ -105,7 +105,8 @@ def _main_table(results, matmul, args):
         + ('peak resident set of a fresh process per measurement (model '
            'and libraries included); "act." = that peak minus the resident '
            'set before the first step.' if args.device == 'cpu' else
-           'torch.cuda.max_memory_allocated; "act." = that minus the memory '
+           'torch.cuda.max_memory_allocated plus CUDA graph pools\' idle '
+           'memory; "act." = that minus the memory '
            'allocated before the first step.') + ' GMAC/image: the '
         'forward\'s (inference) or the whole training step\'s, forward and '
         'backward (train).', '',

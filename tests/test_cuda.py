@@ -403,6 +403,36 @@ def test_compile_auto_is_eager_on_cuda():
     assert model.__dict__.get('_compiled_forward') is None
 
 
+def test_cuda_graphs_auto_replays_what_recurs(no_tf32):
+    """``cuda_graphs='auto'`` (the recipes'): on CUDA a training step's
+    third call in a row at one size is captured and replayed, its outputs
+    and gradients the eager steps'; inference's third call too."""
+    net = randomized(cuda_graphs='auto').cuda().train()
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    x = torch.randn(2, 3, 64, 96, device='cuda')
+    for _ in range(4):
+        results = []
+        for model in (net, eager):
+            model.zero_grad(set_to_none=True)
+            outs = model(x)
+            sum(o.sum() for o in outs).backward()
+            results.append((outs, [p.grad for p in model.parameters()]))
+        (outs, grads), (ref_outs, ref_grads) = results
+        for out, ref in zip(outs, ref_outs):
+            assert _relative(out, ref) < 1e-5
+        for grad, ref in zip(grads, ref_grads):
+            assert (grad is None) == (ref is None)
+            assert grad is None or _relative(grad, ref) < 1e-4
+    assert net.training_graphs.captures == 1
+    with torch.no_grad():
+        for _ in range(4):
+            outs = net.eval()(x)
+        for out, ref in zip(outs, eager.eval()(x)):
+            assert _relative(out, ref) < 1e-5
+    assert net.graphs.captures == 1
+
+
 def test_mmcv_ops_run_on_cuda():
     from mmcv.ops import RoIAlign, nms
     torch.manual_seed(0)

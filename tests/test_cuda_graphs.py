@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from xcit_dense import XCiT, fast_path
-from xcit_dense.models import cuda_graphs
+from xcit_dense.models import cuda_graphs, policy
 
 from conftest import logged
 
@@ -243,3 +243,42 @@ def test_a_model_that_changes_on_every_call_stops_the_graphs(replays):
     from xcit_dense.benchmark.measure import fallbacks
     assert fallbacks(net) == dict(graphs_captures=3,
                                   graphs_failure=net.graphs.failure)
+
+
+@pytest.fixture
+def looks(monkeypatch):
+    """How many times the model was looked at (``fingerprint``)."""
+    calls = []
+    fingerprint = cuda_graphs.fingerprint
+
+    def counted(net):
+        calls.append(1)
+        return fingerprint(net)
+    monkeypatch.setattr(cuda_graphs, 'fingerprint', counted)
+    return calls
+
+
+def test_auto_graphs_what_the_policy_lists_for_inputs_that_recur(
+        replays, looks, monkeypatch):
+    """``cuda_graphs='auto'``: eager on a device the policy does not list
+    (the CPU); where it lists inference, an input is captured on its third
+    call (other inputs between them or not) and replayed after, and until
+    an input's second call the model is not looked at."""
+    net = model('auto')
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    for _ in range(4):
+        infer(net)
+    assert net.graphed("cpu") == frozenset() and not replays
+    assert not looks and net.graphs.captures == 0
+    monkeypatch.setitem(policy.GRAPHS, 'cpu', frozenset({'infer'}))
+    small = X[..., :32, :48]
+    for x, captures, looked in ((X, 0, 0), (small, 0, 0), (X, 0, 1),
+                                (small, 0, 2), (X, 1, 3), (X, 1, 4),
+                                (small, 2, 5)):
+        for out, ref in zip(infer(net, x), infer(eager, x)):
+            torch.testing.assert_close(out, ref, rtol=0, atol=0)
+        assert (net.graphs.captures, len(looks)) == (captures, looked)
+    assert len(replays) == 3
+    with pytest.raises(ValueError, match="'auto' \\(where the policy"):
+        XCiT('nano_12_p16', cuda_graphs='automatic')

@@ -6,12 +6,13 @@ and when it runs eagerly instead. On the CPU with a stand-in for
 autograd node whose forward and backward rerun the module); a real capture
 needs CUDA: tests/test_cuda.py."""
 import copy
+import logging
 
 import pytest
 import torch
 
 from xcit_dense import XCiT
-from xcit_dense.models import cuda_graphs
+from xcit_dense.models import cuda_graphs, policy
 
 from conftest import logged
 
@@ -78,6 +79,18 @@ def step(net, optimizer, x=X):
              if p.grad is not None}
     optimizer.step()
     return outs, grads
+
+
+def same_steps(net, eager, opts, x=X):
+    """A step of each model (``opts``: their optimizers): the same outputs
+    and gradients."""
+    outs, grads = step(net, opts[0], x)
+    ref_outs, ref_grads = step(eager, opts[1], x)
+    for out, ref in zip(outs, ref_outs):
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4,
+                                   atol=1e-6, msg=name)
 
 
 def test_steps_that_repeat_are_replayed_as_eager_steps(replays):
@@ -254,11 +267,65 @@ def test_a_replaced_module_runs_as_written(replays):
     for m in (net, eager):
         m.blocks[1].mlp = Scaled(m.blocks[1].mlp)
     for i in range(3):
-        outs, grads = step(net, opts[0])
-        ref_outs, ref_grads = step(eager, opts[1])
-        for out, ref in zip(outs, ref_outs):
-            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
-        for name, grad in grads.items():
-            torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4,
-                                       atol=1e-6, msg=name)
+        same_steps(net, eager, opts)
     assert net.training_graphs.captures == 2
+
+
+def test_auto_captures_steps_that_repeat_in_a_row(replays, monkeypatch):
+    """``cuda_graphs='auto'`` where the policy lists training: sizes that
+    alternate run eagerly (multi-scale training) and the model is not
+    looked at for them; a size's third step in a row is captured and
+    replayed as an eager step; a second size captured drops the first
+    graph (one kept); a model that changes between steps is not
+    captured."""
+    monkeypatch.setitem(policy.GRAPHS, 'cpu', frozenset({'infer', 'train'}))
+    looks = []
+    fingerprint = cuda_graphs.fingerprint
+    monkeypatch.setattr(cuda_graphs, 'fingerprint',
+                        lambda net: looks.append(1) or fingerprint(net))
+    net, eager = model('auto'), model(cuda_graphs=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
+    small = X[..., :32, :48]
+    for x in (X, small) * 3:
+        for m, opt in zip((net, eager), opts):
+            step(m, opt, x)
+    assert net.training_graphs.captures == 0 and not looks
+    for i in range(4):
+        same_steps(net, eager, opts)
+        assert net.training_graphs.captures == (i >= 2)
+    assert len(replays) == 2
+    for _ in range(3):
+        step(net, opts[0], small)
+    assert net.training_graphs.captures == 2
+    assert len(net.training_graphs.graphs) == 1
+
+    class Counting(torch.nn.Module):  # sets an attribute on every call
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.calls = inner, 0
+
+        def forward(self, *args):
+            self.calls += 1
+            return self.inner(*args)
+
+    net.blocks[0].mlp = Counting(net.blocks[0].mlp)
+    for _ in range(4):
+        step(net, opts[0], small)
+    assert net.training_graphs.captures == 2 and len(replays) == 3
+
+
+def test_auto_runs_what_cannot_be_captured_eagerly_with_a_note(
+        replays, monkeypatch):
+    """Under ``'auto'`` a model that cannot be captured (gradient
+    checkpointing, SyncBN between processes) says so once at INFO level,
+    without a warning: the user did not ask for graphs by name."""
+    monkeypatch.setitem(policy.GRAPHS, 'cpu', frozenset({'infer', 'train'}))
+    net = model('auto', with_cp=True)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    with logged(level=logging.WARNING) as warnings, \
+            logged(level=logging.INFO) as notes:
+        for _ in range(4):
+            step(net, opt)
+    assert replays == [] and net.training_graphs.captures == 0
+    assert warnings == [] and len(notes) == 1
+    assert 'with_cp' in notes[0] and 'Set ' not in notes[0]

@@ -190,13 +190,19 @@ def test_compile_auto_is_eager_where_compiling_was_not_measured_faster():
     assert explicit.compile_options('cpu') == dict(mode='max-autotune')
 
 
-def test_recipes_compile_where_the_policy_says():
+def test_recipes_compile_and_graph_where_the_policy_says():
+    """The recipes leave compiling and CUDA graphs to the policy: eager on
+    the CPU, CUDA graphs for inference and training steps on CUDA."""
     from mmengine.config import Config
     for path in ('configs/coco/mask_rcnn_xcit_s12_p16_3x_coco.py',
                  'configs/ade20k/upernet_xcit_s12_p16_160k_ade20k.py',
                  'configs/ade20k/sem_fpn_xcit_s12_p16_80k_ade20k.py'):
         cfg = Config.fromfile(path)
         assert cfg.model.backbone.compile_cfg == 'auto', path
+        assert cfg.model.backbone.cuda_graphs == 'auto', path
+    model = randomized(cuda_graphs='auto')
+    assert model.graphed('cpu') == frozenset()
+    assert model.graphed('cuda') == {'infer', 'train'}
 
 
 def test_dynamic_compile_traces_once_for_several_sizes():

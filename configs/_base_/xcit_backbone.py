@@ -21,6 +21,12 @@ xcit_backbone = dict(
     # the CPU and on GPUs); compile_cfg=True or a dict of torch.compile
     # arguments opts in, and a failed compile falls back to eager.
     compile_cfg='auto',
+    # on GPUs, inference and training steps replayed from CUDA graphs (one
+    # launch where the eager backbone launches hundreds; the policy's GRAPHS)
+    # for inputs that recur: fixed-size crops and test sizes seen 3 times,
+    # training sizes 3 times in a row (multi-scale detection runs eagerly);
+    # eager on the CPU. cuda_graphs=False turns them off.
+    cuda_graphs='auto',
     init_cfg=dict(
         type='Pretrained',
         checkpoint='https://dl.fbaipublicfiles.com/xcit/'

@@ -16,7 +16,7 @@ It imports neither mmdet nor mmsegmentation; both build it through the
 import logging
 from contextlib import nullcontext
 from functools import partial
-from typing import List, Optional, Sequence, Set, Tuple, Union
+from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -33,6 +33,7 @@ from .cuda_graphs import GraphedInference, GraphedTraining
 from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
 from .policy import check_setting as check_fast_path_setting
 from .policy import compile_options
+from .policy import graphed as graphed_by_policy
 from .positional_encoding import CachedFourierEncoding
 from .presets import (
     DEFAULT_ARCH,
@@ -45,6 +46,9 @@ from .presets import (
 from .pyramid import crop, make_resampler
 from .stem import ConvPatchEmbed
 
+#: what an explicit ``cuda_graphs`` replays on the devices graphs run on
+_GRAPHED = {False: frozenset(), True: frozenset({'infer'}),
+            'train': frozenset({'infer', 'train'})}
 
 @MODELS.register_module()
 class XCiT(BaseModule):
@@ -119,8 +123,12 @@ class XCiT(BaseModule):
             backward, for inputs seen 3 times (fixed-size crops; the rare
             sizes of multi-scale training run eagerly), the 2 most recently
             used kept, each holding one step's activations; not with
-            ``with_cp`` or SyncBN between processes. Not yet measured on a
-            GPU. Defaults to False.
+            ``with_cp`` or SyncBN between processes. ``'auto'`` (the
+            recipes'): what the policy lists for the device
+            (:data:`xcit_dense.models.policy.GRAPHS`: inference and training
+            on CUDA, nothing on the CPU), captured only for inputs that
+            recur (inference: seen 3 times; training: 3 times in a row, one
+            graph kept). Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see
@@ -239,11 +247,14 @@ class XCiT(BaseModule):
             self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         options = self.compile_options(x.device.type)
         if options is None or torch.compiler.is_compiling():
-            if self.cuda_graphs and cuda_graphs.applies(self, x):
-                return self.graphs(self, self._forward_pyramid, x)
-            if self.cuda_graphs == 'train' and \
+            graphed = self.graphed(x.device.type)
+            auto = self.cuda_graphs == 'auto'
+            if 'infer' in graphed and cuda_graphs.applies(self, x):
+                return self.graphs(self, self._forward_pyramid, x, auto)
+            if 'train' in graphed and \
                     cuda_graphs.applies_to_training(self, x):
-                return self.training_graphs(self, self._forward_pyramid, x)
+                return self.training_graphs(self, self._forward_pyramid, x,
+                                            auto)
             return self._forward_pyramid(x)
         compiled = self.__dict__.get('_compiled_forward')
         if compiled is None:  # compiled lazily, on the first call
@@ -276,6 +287,14 @@ class XCiT(BaseModule):
         if self.compile_cfg == 'auto':
             return compile_options(device_type)
         return self.compile_cfg
+
+    def graphed(self, device_type: str) -> FrozenSet[str]:
+        """What ``cuda_graphs`` replays from CUDA graphs on
+        ``device_type``: ``'infer'``, ``'train'``, both or neither, with
+        ``'auto'`` resolved by the policy (:data:`~.policy.GRAPHS`)."""
+        if self.cuda_graphs == 'auto':
+            return graphed_by_policy(device_type)
+        return _GRAPHED[self.cuda_graphs]
 
     def _forward_pyramid(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         H, W = x.shape[-2:]

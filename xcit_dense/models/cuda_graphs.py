@@ -30,6 +30,17 @@ copies: ``make_graphed_callables`` hands out its graph's own gradient
 buffers, which autograd would make the parameters' ``.grad`` and the next
 replay would overwrite (gradients accumulated over steps, or into a
 ``.grad`` zeroed in place, would come out wrong).
+
+``XCiT(cuda_graphs='auto')`` (the recipes') replays what the policy lists
+for the device (:data:`xcit_dense.models.policy.GRAPHS`) and captures only
+what recurs (:class:`Recurrence`): an inference input seen
+:data:`MIN_REPEATS` times, a training input :data:`MIN_REPEATS` times in
+a row (fixed-size crops; multi-scale detection's changing sizes run
+eagerly), one training graph kept, so that its memory is never held beside
+eager steps of other sizes for long; until an input comes close to that,
+the model is not looked at (eager calls pay nothing). A model that cannot
+be captured (:func:`not_graphable`) runs eagerly with one INFO line rather
+than a warning.
 """
 import functools
 import logging
@@ -58,6 +69,8 @@ MAX_CHANGES = 3
 #: activations in a memory pool of its own)
 MIN_REPEATS = 3
 MAX_TRAINING_GRAPHS = 2
+#: training graphs kept under ``cuda_graphs='auto'``
+AUTO_TRAINING_GRAPHS = 1
 
 Outputs = Tuple[torch.Tensor, ...]
 
@@ -66,8 +79,8 @@ def _capturable(x: torch.Tensor) -> bool:
     """A forward on ``x`` may be captured: a device of :data:`DEVICES`,
     outside ``torch.compile`` and outside another capture."""
     return x.device.type in DEVICES and \
-        not torch.compiler.is_compiling() and \
-        not (x.is_cuda and torch.cuda.is_current_stream_capturing())
+        not torch.compiler.is_compiling() and not torch.jit.is_tracing() \
+        and not (x.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def applies(model: nn.Module, x: torch.Tensor) -> bool:
@@ -127,6 +140,39 @@ def input_key(x: torch.Tensor) -> Tuple[Hashable, ...]:
             torch.is_inference_mode_enabled(), tf32, switches)
 
 
+class Recurrence:
+    """``cuda_graphs='auto'``: whether an input (:func:`input_key`) has
+    recurred enough to be captured. :meth:`count` counts each call's input
+    (the last 64 inputs; with ``in_a_row`` a different input starts the
+    count anew); the model is worth looking at (:func:`fingerprint`) from
+    the call before a capture on (:meth:`looks`), and an input is
+    :meth:`ready` once it came :data:`MIN_REPEATS` times with the model
+    unchanged since the call before (a model that changes on every call is
+    never captured)."""
+
+    def __init__(self, in_a_row: bool) -> None:
+        self.in_a_row = in_a_row
+        self.counts: 'OrderedDict[Hashable, int]' = OrderedDict()
+        self.models: Dict[Hashable, Hashable] = {}
+
+    def count(self, inputs: Hashable) -> None:
+        if self.in_a_row and inputs not in self.counts:
+            self.counts.clear()
+            self.models.clear()
+        self.counts[inputs] = self.counts.pop(inputs, 0) + 1
+        while len(self.counts) > 64:
+            dropped, _ = self.counts.popitem(last=False)
+            self.models.pop(dropped, None)
+
+    def looks(self, inputs: Hashable) -> bool:
+        return self.counts.get(inputs, 0) >= MIN_REPEATS - 1
+
+    def ready(self, inputs: Hashable, model_key: Hashable) -> bool:
+        last, self.models[inputs] = self.models.get(inputs), model_key
+        return self.counts.get(inputs, 0) >= MIN_REPEATS and \
+            last == model_key
+
+
 def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
                  x: torch.Tensor, pool) -> Tuple[torch.Tensor, Outputs,
                                                  Callable[[], None], object]:
@@ -167,16 +213,19 @@ class _Graphs:
     REMEDY = 'model.backbone.cuda_graphs=False to skip them'
 
     def _stop(self, reason: str, forward: Callable[[torch.Tensor], Outputs],
-              x: torch.Tensor) -> Outputs:
-        """The eager ``forward(x)``, and no graphs from now on, said once
-        (if the eager forward fails too, its error is the model's own and
-        is raised alone)."""
+              x: torch.Tensor, auto: bool = False) -> Outputs:
+        """The eager ``forward(x)``, and no graphs from now on, said once:
+        a warning with its remedy, or under ``cuda_graphs='auto'`` (which
+        the user did not ask for by name) an INFO line. If the eager
+        forward fails too, its error is the model's own and is raised
+        alone."""
         outs = forward(x)
         self.failure = reason
         self.graphs.clear()
-        print_log(f'XCiT: {self.STOPPED.format(reason=reason)} from now on. '
-                  f'Set {self.REMEDY}.', logger='current',
-                  level=logging.WARNING)
+        message = f'XCiT: {self.STOPPED.format(reason=reason)} from now on.'
+        print_log(message if auto else f'{message} Set {self.REMEDY}.',
+                  logger='current',
+                  level=logging.INFO if auto else logging.WARNING)
         return outs
 
     def __deepcopy__(self, memo: Dict) -> '_Graphs':
@@ -208,16 +257,18 @@ class GraphedInference(_Graphs):
         self.captures = 0
         self._last: Optional[tuple] = None  # the last call's key, held
         self._changes = 0  # calls in a row the model changed at one input
+        self.recurrence = Recurrence(in_a_row=False)
 
     def __call__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs],
-                 x: torch.Tensor) -> Outputs:
+                 x: torch.Tensor, auto: bool = False) -> Outputs:
         """``forward(x)`` (``model``'s forward), replayed from the graph of
-        its input and model, captured first if there is none; the outputs
-        are the caller's own (copies of the graph's). The graph last used
-        for this input is launched before the model is looked at (the GPU
-        runs it meanwhile) and its outputs are returned only if the model
-        is still the one it was captured from."""
+        its input and model, captured first if there is none (``auto``:
+        once the input has recurred, :class:`Recurrence`; eagerly until
+        then); the outputs are the caller's own (copies of the graph's).
+        The graph last used for this input is launched before the model is
+        looked at (the GPU runs it meanwhile) and its outputs are returned
+        only if the model is still the one it was captured from."""
         if self.failure is not None:
             return forward(x)
         inputs = input_key(x)
@@ -226,6 +277,10 @@ class GraphedInference(_Graphs):
                          if k[:-1] == inputs), None)
         if launched is not None:
             self._replay(self.graphs[launched], x)
+        elif auto:
+            self.recurrence.count(inputs)
+            if not self.recurrence.looks(inputs):
+                return forward(x)
         model_key, held = fingerprint(model)
         key = (*inputs, model_key)
         # the last call's key, and the objects behind its identities
@@ -240,6 +295,9 @@ class GraphedInference(_Graphs):
                 f'a module set an attribute in its forward?)', forward, x)
         entry = self.graphs.get(key)
         if entry is None:
+            if auto and launched is None and \
+                    not self.recurrence.ready(inputs, model_key):
+                return forward(x)
             try:
                 *entry, self.pool = self.capture(forward, x, self.pool)
             except Exception as error:  # the capture's, or the model's
@@ -337,27 +395,40 @@ class GraphedTraining(_Graphs):
         self.seen: 'OrderedDict[Hashable, int]' = OrderedDict()
         self.failure: Optional[str] = None
         self.captures = 0
+        self.recurrence = Recurrence(in_a_row=True)
 
     def __call__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs],
-                 x: torch.Tensor) -> Outputs:
+                 x: torch.Tensor, auto: bool = False) -> Outputs:
         """``forward(x)`` (``model``'s forward) in training: replayed from
         the graph of its input and model, captured once the input has been
-        seen :data:`MIN_REPEATS` times, eagerly until then."""
+        seen :data:`MIN_REPEATS` times (``auto``: in a row,
+        :class:`Recurrence`; :data:`AUTO_TRAINING_GRAPHS` kept), eagerly
+        until then."""
         if self.failure is not None:
             return forward(x)
+        inputs = (*input_key(x), x.requires_grad)
+        if auto:
+            self.recurrence.count(inputs)
+            if not self.recurrence.looks(inputs) and \
+                    not any(k[:-1] == inputs for k in self.graphs):
+                return forward(x)
         model_key, held = fingerprint(model)
-        key = (*input_key(x), x.requires_grad, model_key)
+        key = (*inputs, model_key)
         entry = self.graphs.get(key)
         if entry is None:
-            self.seen[key] = self.seen.pop(key, 0) + 1
-            while len(self.seen) > 64:
-                self.seen.popitem(last=False)
-            if self.seen[key] < MIN_REPEATS:
-                return forward(x)
+            if auto:
+                if not self.recurrence.ready(inputs, model_key):
+                    return forward(x)
+            else:
+                self.seen[key] = self.seen.pop(key, 0) + 1
+                while len(self.seen) > 64:
+                    self.seen.popitem(last=False)
+                if self.seen[key] < MIN_REPEATS:
+                    return forward(x)
             reason = not_graphable(model)
             if reason is not None:
-                return self._stop(reason, forward, x)
+                return self._stop(reason, forward, x, auto=auto)
             buffers = [b.detach().clone() for b in model.buffers()]
             try:
                 graphed = self.capture(_Step(model, forward), x)
@@ -367,10 +438,11 @@ class GraphedTraining(_Graphs):
                                   f'({first_line(error)})', forward, x)
             self._restore(model, buffers)  # the warm-up iterations undone
             self.captures += 1
-            del self.seen[key]
+            self.seen.pop(key, None)
             # [graphed forward, the last replay's autograd node, objects held]
             entry = self.graphs[key] = [graphed, None, held]
-            while len(self.graphs) > MAX_TRAINING_GRAPHS:
+            kept = AUTO_TRAINING_GRAPHS if auto else MAX_TRAINING_GRAPHS
+            while len(self.graphs) > kept:
                 self.graphs.popitem(last=False)
         self.graphs.move_to_end(key)
         if entry[1] is not None and entry[1]() is not None:

@@ -102,10 +102,13 @@ def check_training_args(frozen_stages: int, last_block: int,
         raise ValueError(
             f'autocast_dtype must be one of {AUTOCAST_DTYPES}, got '
             f'{autocast_dtype!r}')
-    if not isinstance(cuda_graphs, bool) and cuda_graphs != 'train':
+    if not isinstance(cuda_graphs, bool) and \
+            cuda_graphs not in ('train', 'auto'):
         raise ValueError(f"cuda_graphs must be True (inference on CUDA "
                          f"replayed from CUDA graphs), 'train' (training "
-                         f"steps too) or False, got {cuda_graphs!r}")
+                         f"steps too), 'auto' (where the policy says they "
+                         f"pay, for inputs that recur) or False, got "
+                         f"{cuda_graphs!r}")
     if init_cfg is not None and not isinstance(init_cfg, dict):
         raise ValueError(f'init_cfg must be a dict or None, got '
                          f'{type(init_cfg).__name__}')

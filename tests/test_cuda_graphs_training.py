@@ -329,3 +329,19 @@ def test_auto_runs_what_cannot_be_captured_eagerly_with_a_note(
     assert replays == [] and net.training_graphs.captures == 0
     assert warnings == [] and len(notes) == 1
     assert 'with_cp' in notes[0] and 'Set ' not in notes[0]
+
+
+def test_gradients_handed_on_as_copies_in_their_strides():
+    """The replay's gradients leave as copies (the graph overwrites its
+    buffers on the next replay), copied together: equal values, own
+    memory, each tensor's strides (a transposed one's too), None kept."""
+    grads = (torch.randn(3, 4), None, torch.randn(4, 5).t(),
+             torch.randn(2, dtype=torch.float64), torch.randn(6, 1, 1, 1))
+    out = cuda_graphs.copies(grads)
+    assert out[1] is None and len(out) == len(grads)
+    for got, given in zip(out, grads):
+        if given is not None:
+            assert torch.equal(got, given) and got.dtype == given.dtype
+            assert got.stride() == given.stride()
+            assert got.data_ptr() != given.data_ptr()
+    assert cuda_graphs.copies((None, )) == (None, )

@@ -74,9 +74,12 @@ test: install
 #   graphs    the same backbone's inference replayed from CUDA graphs
 #             (backbone_graphs/), and its AMP training steps
 #             (backbone_graphs_train/), beside their straightforward rows
+#             (and the eager default's, training); about 4.5 min on an H200
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
-#             steps, default (on CUDA the backbone's every fast path, its
-#             Triton kernels), against their fast_path=False baselines
+#             steps as the recipes run them (the backbone's fast paths and
+#             cuda_graphs='auto': a fixed size is replayed from its third
+#             step), without CUDA graphs (@eager) and against their
+#             fast_path=False eager baselines
 #   compiled  the backbone compiled (Inductor, static shapes), whose
 #             compilations take longest: its inference and training rows
 #             (backbone_compiled/), then the probe's compiled rows
@@ -152,15 +155,17 @@ gpu-report-graphs:
 	    --batch 1 2 --modes infer
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs_train \
 	    --sizes 800x1344 --models xcit_small_12_p16@reference+amp \
-	    xcit_small_12_p16@amp+graphs --batch 2 --modes train
+	    xcit_small_12_p16@amp xcit_small_12_p16@amp+graphs \
+	    --batch 2 --modes train
 
 gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \
-	    --models mask_rcnn_xcit_s12@reference+amp mask_rcnn_xcit_s12@amp \
+	    --models mask_rcnn_xcit_s12@reference+amp \
+	    mask_rcnn_xcit_s12@amp+eager mask_rcnn_xcit_s12@amp \
 	    mask_rcnn_swin_t@amp --batch 2 --modes train
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads_ade20k --sizes 512x512 \
-	    --models upernet_xcit_s12@reference+amp upernet_xcit_s12@amp \
-	    --batch 2 --modes train
+	    --models upernet_xcit_s12@reference+amp upernet_xcit_s12@amp+eager \
+	    upernet_xcit_s12@amp --batch 2 --modes train
 
 gpu-report-compiled:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_compiled --sizes 800x1344 \

@@ -146,10 +146,22 @@ def test_benchmark_rejects_bad_names(tmp_path):
             ('mask_rcnn_xcit_s12@reference+always', 'exclude each other')]:
         with pytest.raises(ValueError, match=re.escape(message)):
             tool['parse_model'](name)
+    from xcit_dense.benchmark.builders import recipe_backbone
+    for name, fast, graphs in [('always', 'always', 'auto'),
+                               ('amp', True, 'auto'),
+                               ('amp+eager', True, False),
+                               ('reference+amp', False, False)]:
+        backbone = dict(type='xcit_dense.XCiT', fast_path=True,
+                        compile_cfg='auto', cuda_graphs='auto')
+        recipe_backbone(backbone, tool['parse_model'](
+            f'mask_rcnn_xcit_s12@{name}')[1])
+        assert (backbone['fast_path'], backbone['cuda_graphs']) == \
+            (fast, graphs), name
     from xcit_dense.benchmark.builders import build_detector
     detector = build_detector(
         *tool['parse_model']('mask_rcnn_xcit_s12@always'))
     assert detector.backbone.fast_path == 'always'
+    assert detector.backbone.cuda_graphs == 'auto'  # the recipe's
     proc = run_tool_here('tools/benchmark.py', '--models', 'alexnet',
                          '--out-dir', tmp_path)
     assert proc.returncode == 2 and "unknown model 'alexnet'" in proc.stderr

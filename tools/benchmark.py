@@ -59,13 +59,16 @@ Models:
                      embeddings resized to the input;
   mask_rcnn_xcit_s12[@variant], mask_rcnn_swin_t[@amp]   whole Mask R-CNN
       detectors (our configs/coco/mask_rcnn_xcit_s12.py, its backbone as the
-      recipe sets it: ``compile_cfg='auto'``, eager today; and mmdet's
+      recipe sets it: ``compile_cfg='auto'``, eager today, and
+      ``cuda_graphs='auto'``, on CUDA a step replayed from its third call
+      at one size; and mmdet's
       Swin-T 1x config): infer = ``model.predict`` on preprocessed inputs
       with the box score threshold at 0 so that 100 detections per image
       reach the mask head; train = one ``loss`` + backward with 5
       ground-truth boxes and masks per image. Variants: reference (backbone
       ``fast_path=False``, eager: the straightforward baseline), always
-      (backbone ``fast_path='always'``: on CUDA its Triton kernels), amp, bf16
+      (backbone ``fast_path='always'``: on CUDA its Triton kernels), eager
+      (backbone ``cuda_graphs=False``), amp, bf16
       (inference: ``AutocastPartsHook``'s parts in bf16, backbone, neck and
       heads, the post-processing between them in fp32), onnxruntime,
       openvino (+int8): the whole detector as exported
@@ -78,7 +81,8 @@ Models:
       (``xcit_dense.deploy.SegmentorGraph``); train = one ``loss`` +
       backward of the mmseg model (backbone as the recipe sets it) on random
       labels. Variants reference, always (backbone ``fast_path='always'``),
-      compile (inference), amp, onnxruntime, openvino (+int8).
+      eager (backbone ``cuda_graphs=False``), compile (inference), amp,
+      onnxruntime, openvino (+int8).
 
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run) and ``results.png``

@@ -33,6 +33,22 @@ def build_backbone(base: str, variants: set):
     return model
 
 
+def recipe_backbone(backbone: dict, variants: set) -> None:
+    """A recipe's XCiT backbone config (a peer's, such as Swin-T, left as
+    it is) for a detector's or segmentor's row: as the recipe sets it
+    (``compile_cfg='auto'``, ``cuda_graphs='auto'``), or ``reference``: the
+    straightforward computation eagerly; ``always``: every fast path;
+    ``eager``: without CUDA graphs."""
+    if not str(backbone.get('type', '')).endswith('XCiT'):
+        return
+    if 'reference' in variants:
+        backbone.update(fast_path=False, compile_cfg=None, cuda_graphs=False)
+    if 'always' in variants:
+        backbone.update(fast_path='always')
+    if 'eager' in variants:
+        backbone.update(cuda_graphs=False)
+
+
 def build_detector(base: str, variants: set):
     from mmengine.config import Config
     from mmengine.hub import get_config
@@ -43,10 +59,7 @@ def build_detector(base: str, variants: set):
     models = use_toolkit('mmdet').MODELS
     cfg.model.backbone.init_cfg = None  # random weights, no download
     cfg.model.test_cfg.rcnn.score_thr = 0.0  # 100 detections per image
-    if 'reference' in variants:
-        cfg.model.backbone.update(fast_path=False, compile_cfg=None)
-    if 'always' in variants:
-        cfg.model.backbone.update(fast_path='always')
+    recipe_backbone(cfg.model.backbone, variants)
     model = models.build(cfg.model)
     if 'bf16' in variants:  # the networks in bf16, all between them fp32
         import torch
@@ -91,10 +104,7 @@ def build_segmentor(base: str, variants: set, device: str):
     cfg = Config.fromfile(config_path(SEGMENTORS[base]))
     models = use_toolkit('mmseg').MODELS
     cfg.model.backbone.init_cfg = None  # random weights, no download
-    if 'reference' in variants:
-        cfg.model.backbone.update(fast_path=False, compile_cfg=None)
-    if 'always' in variants:
-        cfg.model.backbone.update(fast_path='always')
+    recipe_backbone(cfg.model.backbone, variants)
     if device == 'cpu':
         replace_syncbn(cfg.model)
     return models.build(cfg.model)

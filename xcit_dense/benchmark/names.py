@@ -14,10 +14,10 @@ SEGMENTORS = {
 }
 XCIT_VARIANTS = ('reference', 'always', 'compile', 'graphs', 'bf16', 'cp',
                  'amp') + RUNTIMES
-SEGMENTOR_VARIANTS = ('reference', 'always', 'compile', 'amp') + RUNTIMES + \
-    ('int8', )
-DETECTOR_VARIANTS = ('reference', 'always', 'amp', 'bf16') + RUNTIMES + \
-    ('int8', )
+SEGMENTOR_VARIANTS = ('reference', 'always', 'eager', 'compile', 'amp') + \
+    RUNTIMES + ('int8', )
+DETECTOR_VARIANTS = ('reference', 'always', 'eager', 'amp', 'bf16') + \
+    RUNTIMES + ('int8', )
 
 
 def config_path(path: str) -> str:

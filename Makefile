@@ -74,7 +74,9 @@ test: install
 #   graphs    the same backbone's inference replayed from CUDA graphs
 #             (backbone_graphs/), and its AMP training steps
 #             (backbone_graphs_train/), beside their straightforward rows
-#             (and the eager default's, training); about 4.5 min on an H200
+#             (and the eager default's, training); then the graphed
+#             training step split into its phases, CPU and GPU time
+#             (graphs_probe.jsonl); about 5.5 min on an H200
 #   heads     the Mask R-CNN (against Swin-T's) and UperNet AMP training
 #             steps as the recipes run them (the backbone's fast paths and
 #             cuda_graphs='auto': a fixed size is replayed from its third
@@ -157,6 +159,7 @@ gpu-report-graphs:
 	    --sizes 800x1344 --models xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp xcit_small_12_p16@amp+graphs \
 	    --batch 2 --modes train
+	$(PY) docs/benchmark/gpu/graphs_probe.py --out $(GPU_REPORT)
 
 gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \

@@ -627,6 +627,23 @@ def test_launch_probe_runs(tmp_path):
         r.get('cuda_graph_error') for r in rows]
 
 
+def test_graphs_probe_runs(tmp_path):
+    """make gpu-report's split of a graphed training step, at a tiny size:
+    a graphed row (one capture) and an eager one, every phase timed."""
+    import json
+    proc = run_tool('docs/benchmark/gpu/graphs_probe.py', '--out', tmp_path,
+                    '--arch', 'nano_12_p16', '--size', '64x96',
+                    '--repeat', '3')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in
+            (tmp_path / 'graphs_probe.jsonl').read_text().splitlines()]
+    assert [(r['cuda_graphs'], r['captures']) for r in rows] == \
+        [('train', 1), (False, 0)]
+    assert all(r['wall_ms'] > 0 and r['fingerprint_ms'] > 0 and
+               r['cpu_forward_ms'] > 0 and r['gpu_backward_ms'] > 0
+               for r in rows)
+
+
 @pytest.mark.parametrize('dynamic', [False, True])
 def test_compiled_backbone_matches_eager(no_tf32, dynamic):
     """Compilation, opt-in on CUDA: Inductor compiles the training graph

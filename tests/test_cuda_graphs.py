@@ -280,5 +280,15 @@ def test_auto_graphs_what_the_policy_lists_for_inputs_that_recur(
             torch.testing.assert_close(out, ref, rtol=0, atol=0)
         assert (net.graphs.captures, len(looks)) == (captures, looked)
     assert len(replays) == 3
+    # back to training (after a validation): the graphs' memory goes; an
+    # input that recurred is captured again on its next call
+    net.train().eval()
+    assert not net.graphs.graphs and net.graphs.pool is None
+    infer(net)
+    assert net.graphs.captures == 3
+    explicit = model(True)
+    infer(explicit)
+    explicit.train().eval()
+    assert len(explicit.graphs.graphs) == 1
     with pytest.raises(ValueError, match="'auto' \\(where the policy"):
         XCiT('nano_12_p16', cuda_graphs='automatic')

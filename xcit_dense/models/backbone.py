@@ -127,7 +127,8 @@ class XCiT(BaseModule):
             recipes'): what the policy lists for the device
             (:data:`xcit_dense.models.policy.GRAPHS`: inference and training
             on CUDA, nothing on the CPU), captured only for inputs that
-            recur (inference: seen 3 times; training: 3 times in a row, one
+            recur (inference: seen 3 times, its graphs dropped when the
+            model goes back to training; training: 3 times in a row, one
             graph kept). Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH)`` imports an
@@ -339,6 +340,8 @@ class XCiT(BaseModule):
         super().train(mode)
         if mode:
             look_at_parameters_again(self)  # a module swapped since
+            if self.cuda_graphs == 'auto':  # validation's graphs: memory
+                self.graphs.release()
             for module in self._frozen_modules():
                 module.eval()
             if self.norm_eval:

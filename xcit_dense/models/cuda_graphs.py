@@ -37,10 +37,11 @@ what recurs (:class:`Recurrence`): an inference input seen
 :data:`MIN_REPEATS` times, a training input :data:`MIN_REPEATS` times in
 a row (fixed-size crops; multi-scale detection's changing sizes run
 eagerly), one training graph kept, so that its memory is never held beside
-eager steps of other sizes for long; until an input comes close to that,
-the model is not looked at (eager calls pay nothing). A model that cannot
-be captured (:func:`not_graphable`) runs eagerly with one INFO line rather
-than a warning.
+eager steps of other sizes for long, and the inference graphs dropped when
+the model goes back to training (after a validation); until an input comes
+close to that, the model is not looked at (eager calls pay nothing). A
+model that cannot be captured (:func:`not_graphable`) runs eagerly with one
+INFO line rather than a warning.
 """
 import functools
 import logging
@@ -329,6 +330,13 @@ class GraphedInference(_Graphs):
         if key != launched:  # none launched, or another model's graph
             self._replay(entry, x)
         return tuple(o.clone() for o in entry[1])
+
+    def release(self) -> None:
+        """Drop the graphs and their memory pool (the inputs' counts stay:
+        an input that recurred is captured again on its next call)."""
+        self.graphs.clear()
+        self.pool = self._last = None
+        self._changes = 0
 
     @staticmethod
     def _replay(entry: tuple, x: torch.Tensor) -> None:

@@ -50,6 +50,7 @@ from .stem import ConvPatchEmbed
 _GRAPHED = {False: frozenset(), True: frozenset({'infer'}),
             'train': frozenset({'infer', 'train'})}
 
+
 @MODELS.register_module()
 class XCiT(BaseModule):
     """XCiT backbone with a 4-level feature pyramid.

@@ -403,6 +403,24 @@ def test_compile_auto_is_eager_on_cuda():
     assert model.__dict__.get('_compiled_forward') is None
 
 
+def _same_steps(net, eager, inputs):
+    """A training step of each model on each input: the same outputs and
+    gradients."""
+    for x in inputs:
+        results = []
+        for model in (net, eager):
+            model.zero_grad(set_to_none=True)
+            outs = model(x)
+            sum((o * o).sum() for o in outs).backward()
+            results.append((outs, [p.grad for p in model.parameters()]))
+        (outs, grads), (ref_outs, ref_grads) = results
+        for out, ref in zip(outs, ref_outs):
+            assert _relative(out, ref) < 1e-5
+        for grad, ref in zip(grads, ref_grads):
+            assert (grad is None) == (ref is None)
+            assert grad is None or _relative(grad, ref) < 1e-4
+
+
 def test_cuda_graphs_auto_replays_what_recurs(no_tf32):
     """``cuda_graphs='auto'`` (the recipes'): on CUDA a training step's
     third call in a row at one size is captured and replayed, its outputs
@@ -411,19 +429,7 @@ def test_cuda_graphs_auto_replays_what_recurs(no_tf32):
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
     x = torch.randn(2, 3, 64, 96, device='cuda')
-    for _ in range(4):
-        results = []
-        for model in (net, eager):
-            model.zero_grad(set_to_none=True)
-            outs = model(x)
-            sum(o.sum() for o in outs).backward()
-            results.append((outs, [p.grad for p in model.parameters()]))
-        (outs, grads), (ref_outs, ref_grads) = results
-        for out, ref in zip(outs, ref_outs):
-            assert _relative(out, ref) < 1e-5
-        for grad, ref in zip(grads, ref_grads):
-            assert (grad is None) == (ref is None)
-            assert grad is None or _relative(grad, ref) < 1e-4
+    _same_steps(net, eager, [x] * 4)
     assert net.training_graphs.captures == 1
     with torch.no_grad():
         for _ in range(4):
@@ -431,6 +437,21 @@ def test_cuda_graphs_auto_replays_what_recurs(no_tf32):
         for out, ref in zip(outs, eager.eval()(x)):
             assert _relative(out, ref) < 1e-5
     assert net.graphs.captures == 1
+
+
+def test_training_graphs_of_two_sizes_share_one_pool(no_tf32):
+    """``cuda_graphs='train'``: two sizes captured into one memory pool,
+    steps alternating between them equal to eager steps (each replay
+    writes where the other graph's activations were; its outputs and
+    gradients are copied out first)."""
+    net = randomized(cuda_graphs='train').cuda().train()
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    sizes = [torch.randn(2, 3, 64, 96, device='cuda'),
+             torch.randn(2, 3, 96, 64, device='cuda')]
+    _same_steps(net, eager, sizes * 4)
+    assert net.training_graphs.captures == 2
+    assert len(net.training_graphs.graphs) == 2
 
 
 def test_mmcv_ops_run_on_cuda():

@@ -25,14 +25,18 @@ def replays(monkeypatch):
     iterations ``make_graphed_callables`` runs (forward and gradients,
     BatchNorm statistics updated) and returns its graphed forward's
     stand-in, which, as the real one, computes the gradients of the
-    parameters that required them at the capture into buffers of its own
-    and returns those; returns the list of replays."""
+    parameters that required them at the capture into buffers in the
+    memory pool it was given (the graphs of one pool write the same
+    buffers, as a real pool's graphs may write where another's outputs
+    were) and returns those; returns the list of replays."""
     monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
-    done = []
+    done, pools = [], {}
 
-    def capture(step, x):
+    def capture(step, x, pool):
+        pool = object() if pool is None else pool
         params = tuple(p for p in step.parameters() if p.requires_grad)
-        buffers = [torch.zeros_like(p) for p in params]
+        buffers = pools.setdefault((pool, tuple(map(id, params))),
+                                   [torch.zeros_like(p) for p in params])
         for _ in range(3):
             outs = step(x)
             torch.autograd.grad(outs, params, [torch.ones_like(o)
@@ -57,7 +61,7 @@ def replays(monkeypatch):
                 return (None, *(b.detach() if g is not None else None
                                 for b, g in zip(buffers, got)))
 
-        return lambda x: Replay.apply(x, *params)
+        return (lambda x: Replay.apply(x, *params)), pool
     monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',
                         staticmethod(capture))
     return done
@@ -214,7 +218,7 @@ def test_what_cannot_be_captured_runs_eagerly_and_says_so_once(
     assert len(messages) == 1 and 'with_cp' in messages[0]
     assert "cuda_graphs=True to graph inference only" in messages[0]
 
-    def fail(step, x):
+    def fail(step, x, pool):
         raise RuntimeError('operation not permitted when stream is '
                            'capturing')
     monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',
@@ -345,3 +349,31 @@ def test_gradients_handed_on_as_copies_in_their_strides():
             assert got.stride() == given.stride()
             assert got.data_ptr() != given.data_ptr()
     assert cuda_graphs.copies((None, )) == (None, )
+
+
+def test_graphs_of_two_sizes_share_one_pool(replays):
+    """Two sizes captured (``'train'`` keeps 2 graphs) share one memory
+    pool: steps alternating between them are the eager steps (each
+    replay's gradients copied out before the other graph writes its
+    buffers), and a forward of one size while the other's backward is
+    still to come runs eagerly."""
+    net, eager = model(), model(cuda_graphs=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
+    small = X[..., :32, :48]
+    for x in (X, small) * 4:
+        same_steps(net, eager, opts, x)
+    assert net.training_graphs.captures == 2 and len(replays) == 4
+    assert net.training_graphs.pool is not None
+
+    def two_sizes(m):
+        m.zero_grad(set_to_none=True)
+        a, b = m(X), m(small)
+        (sum(o.sum() for o in a) + sum((o ** 2).sum() for o in b)
+         ).backward()
+        return {n: p.grad for n, p in m.named_parameters()
+                if p.grad is not None}
+    grads, ref = two_sizes(net), two_sizes(eager)
+    assert len(replays) == 5  # the first forward only
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, ref[name], rtol=1e-4, atol=1e-6,
+                                   msg=name)

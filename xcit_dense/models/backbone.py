@@ -123,8 +123,8 @@ class XCiT(BaseModule):
             graphs are kept. ``'train'``: training steps too, forward and
             backward, for inputs seen 3 times (fixed-size crops; the rare
             sizes of multi-scale training run eagerly), the 2 most recently
-            used kept, each holding one step's activations; not with
-            ``with_cp`` or SyncBN between processes. ``'auto'`` (the
+            used kept, sharing one memory pool (one step's activations); not
+            with ``with_cp`` or SyncBN between processes. ``'auto'`` (the
             recipes'): what the policy lists for the device
             (:data:`xcit_dense.models.policy.GRAPHS`: inference and training
             on CUDA, nothing on the CPU), captured only for inputs that

@@ -66,8 +66,8 @@ MAX_GRAPHS = 8
 #: graphs stop
 MAX_CHANGES = 3
 #: training steps: times an input (and model) must have been seen before
-#: its step is captured, and the graphs kept (each holds one step's
-#: activations in a memory pool of its own)
+#: its step is captured, and the graphs kept (in one memory pool they
+#: share: one step's activations, and each graph's outputs and gradients)
 MIN_REPEATS = 3
 MAX_TRAINING_GRAPHS = 2
 #: training graphs kept under ``cuda_graphs='auto'``
@@ -362,20 +362,24 @@ class _Step(nn.Module):
         return tuple(self.run(x))
 
 
-def capture_training_cuda(step: nn.Module, x: torch.Tensor
-                          ) -> Callable[[torch.Tensor], Outputs]:
+def capture_training_cuda(step: nn.Module, x: torch.Tensor, pool
+                          ) -> Tuple[Callable[[torch.Tensor], Outputs],
+                                     object]:
     """``step``'s forward and backward on ``x`` captured by
     ``torch.cuda.make_graphed_callables`` (after its warm-up iterations on a
-    side stream), in a memory pool of their own, autocast's cache off (it
-    would outlive the capture); returns the graphed forward."""
+    side stream) in the memory pool ``pool`` (a new one if None), autocast's
+    cache off (it would outlive the capture); returns the graphed forward
+    and the pool."""
     device = x.device.type
     autocast = torch.autocast(
         device, dtype=torch.get_autocast_dtype(device),
         enabled=torch.is_autocast_enabled(device), cache_enabled=False)
+    if pool is None:
+        pool = torch.cuda.graph_pool_handle()
     with autocast:
         sample = x.detach().clone().requires_grad_(x.requires_grad)
         return torch.cuda.make_graphed_callables(
-            step, (sample, ), allow_unused_input=True)
+            step, (sample, ), allow_unused_input=True, pool=pool), pool
 
 
 def not_graphable(model: nn.Module) -> Optional[str]:
@@ -397,12 +401,15 @@ def not_graphable(model: nn.Module) -> Optional[str]:
 class GraphedTraining(_Graphs):
     """A model's captured training steps, one per input (:func:`input_key`)
     and model (:func:`fingerprint`) seen :data:`MIN_REPEATS` times, the
-    :data:`MAX_TRAINING_GRAPHS` most recently used kept. A step's BatchNorm
-    statistics are as an eager step leaves them (the capture's warm-up
-    iterations are undone). A forward while the graph's previous backward
-    is still to come (two forwards before one backward) runs eagerly, as
-    the replay would overwrite what that backward needs; the outputs are
-    the caller's own (copies). If a capture fails or the model cannot be
+    :data:`MAX_TRAINING_GRAPHS` most recently used kept, all in one memory
+    pool (a step's activations once, however many graphs). A step's
+    BatchNorm statistics are as an eager step leaves them (the capture's
+    warm-up iterations are undone). A forward while a replay's backward is
+    still to come (two forwards before one backward) runs eagerly, as a
+    replay or a capture in the shared pool would overwrite what that
+    backward needs; the outputs and gradients are the caller's own, copied
+    out as each replay ends (a later replay of another graph may write
+    where they were). If a capture fails or the model cannot be
     captured (:func:`not_graphable`), one warning says so and training runs
     eagerly from then on. Not copied with the model."""
 
@@ -415,6 +422,7 @@ class GraphedTraining(_Graphs):
     def __init__(self) -> None:
         self.graphs: 'OrderedDict[Hashable, list]' = OrderedDict()
         self.seen: 'OrderedDict[Hashable, int]' = OrderedDict()
+        self.pool = None
         self.failure: Optional[str] = None
         self.captures = 0
         self.recurrence = Recurrence(in_a_row=True)
@@ -435,6 +443,8 @@ class GraphedTraining(_Graphs):
             if not self.recurrence.looks(inputs) and \
                     not any(k[:-1] == inputs for k in self.graphs):
                 return forward(x)
+        if self._backward_to_come():
+            return forward(x)
         model_key, held = fingerprint(model)
         key = (*inputs, model_key)
         entry = self.graphs.get(key)
@@ -453,7 +463,8 @@ class GraphedTraining(_Graphs):
                 return self._stop(reason, forward, x, auto=auto)
             buffers = [b.detach().clone() for b in model.buffers()]
             try:
-                graphed = self.capture(_Step(model, forward), x)
+                graphed, self.pool = self.capture(_Step(model, forward), x,
+                                                  self.pool)
             except Exception as error:  # the capture's, or the model's
                 self._restore(model, buffers)
                 return self._stop(f'capturing a training step failed '
@@ -467,8 +478,6 @@ class GraphedTraining(_Graphs):
             while len(self.graphs) > kept:
                 self.graphs.popitem(last=False)
         self.graphs.move_to_end(key)
-        if entry[1] is not None and entry[1]() is not None:
-            return forward(x)  # that replay's backward is still to come
         outs = entry[0](x)
         node = outs[0].grad_fn
         if node is not None:
@@ -476,6 +485,13 @@ class GraphedTraining(_Graphs):
             entry[1] = weakref.ref(node)
             node.register_hook(functools.partial(self._backward_done, entry))
         return tuple(o.clone() for o in outs)
+
+    def _backward_to_come(self) -> bool:
+        """A replay's backward is still to come: its graph's activations,
+        in the memory pool the graphs share, must stay as they are until
+        then, so no graph is replayed or captured."""
+        return any(entry[1] is not None and entry[1]() is not None
+                   for entry in self.graphs.values())
 
     @staticmethod
     def _backward_done(entry: list, grad_inputs: Outputs,

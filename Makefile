@@ -159,7 +159,7 @@ gpu-report-graphs:
 	    --sizes 800x1344 --models xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp xcit_small_12_p16@amp+graphs \
 	    --batch 2 --modes train
-	$(PY) docs/benchmark/gpu/graphs_probe.py --out $(GPU_REPORT)
+	$(PY) docs/benchmark/gpu/graphs_probe.py --out $(GPU_REPORT) --repeat 10
 
 gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \

@@ -243,6 +243,13 @@ class _Graphs:
                   level=logging.INFO if auto else logging.WARNING)
         return outs
 
+    def _latest_for(self, inputs: Tuple[Hashable, ...]
+                    ) -> Optional[Hashable]:
+        """The key of the graph last used for ``inputs`` (of whichever
+        model), or None: keys are the inputs' and the model's."""
+        return next((k for k in reversed(self.graphs) if k[:-1] == inputs),
+                    None)
+
     def __deepcopy__(self, memo: Dict) -> '_Graphs':
         return type(self)()
 
@@ -287,9 +294,7 @@ class GraphedInference(_Graphs):
         if self.failure is not None:
             return forward(x)
         inputs = input_key(x)
-        # the graph last used for this input: the most recent of its keys
-        launched = next((k for k in reversed(self.graphs)
-                         if k[:-1] == inputs), None)
+        launched = self._latest_for(inputs)
         if launched is not None:
             self._replay(self.graphs[launched], x)
         elif auto:
@@ -441,7 +446,7 @@ class GraphedTraining(_Graphs):
         if auto:
             self.recurrence.count(inputs)
             if not self.recurrence.looks(inputs) and \
-                    not any(k[:-1] == inputs for k in self.graphs):
+                    self._latest_for(inputs) is None:
                 return forward(x)
         if self._backward_to_come():
             return forward(x)

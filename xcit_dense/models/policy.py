@@ -67,8 +67,9 @@ _BOTH = frozenset({EAGER, COMPILED})
 #: for the CPU, launch more kernels than ``nn.ConvTranspose2d`` (a tiny
 #: XCiT-N12 on CUDA's path, counted on the CPU by tests/test_launches.py:
 #: 26 against 20 outside the blocks in fp32 inference, 44 against 40 under
-#: fp16 autocast, and 379 against 357 for a whole fp16 training step); not
-#: yet timed on a GPU.
+#: fp16 autocast, and 379 against 357 for a whole fp16 training step). The
+#: H200's policy probe timed it on and off eagerly (2026-11-26): within the
+#: spread of its CPU-paced rows.
 POLICY: Dict[str, Dict[str, FrozenSet[str]]] = {
     'ConvPatchEmbed': dict(cpu=_BOTH, cuda=_BOTH),
     'CachedFourierEncoding': dict(cpu=_BOTH, cuda=_BOTH),

@@ -404,8 +404,8 @@ def test_compile_auto_is_eager_on_cuda():
 
 
 def _same_steps(net, eager, inputs):
-    """A training step of each model on each input: the same outputs and
-    gradients."""
+    """A training step of each model on each input: the same outputs,
+    gradients and BatchNorm statistics."""
     for x in inputs:
         results = []
         for model in (net, eager):
@@ -419,18 +419,27 @@ def _same_steps(net, eager, inputs):
         for grad, ref in zip(grads, ref_grads):
             assert (grad is None) == (ref is None)
             assert grad is None or _relative(grad, ref) < 1e-4
+        for (name, a), b in zip(net.named_buffers(), eager.buffers()):
+            assert _relative(a, b) < 1e-5, name
 
 
 def test_cuda_graphs_auto_replays_what_recurs(no_tf32):
     """``cuda_graphs='auto'`` (the recipes'): on CUDA a training step's
-    third call in a row at one size is captured and replayed, its outputs
-    and gradients the eager steps'; inference's third call too."""
+    third call in a row at one size is captured and replayed, its outputs,
+    gradients and BatchNorm statistics the eager steps', also after the
+    model changed; inference's third call too."""
     net = randomized(cuda_graphs='auto').cuda().train()
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
     x = torch.randn(2, 3, 64, 96, device='cuda')
     _same_steps(net, eager, [x] * 4)
     assert net.training_graphs.captures == 1
+    # a hook added: the graph launched before the look is dropped and its
+    # BatchNorm update undone; the new model is captured in its turn
+    for model in (net, eager):
+        model.blocks[0].register_forward_hook(lambda *args: None)
+    _same_steps(net, eager, [x] * 4)
+    assert net.training_graphs.captures == 2
     with torch.no_grad():
         for _ in range(4):
             outs = net.eval()(x)

@@ -99,10 +99,10 @@ def test_one_capture_per_signature_then_replays(replays):
 
 
 def test_a_changed_model_is_captured_anew(replays, monkeypatch):
-    """A module replaced or wrapped, a hook, an instance-level forward or
-    other method, a plain attribute edited, a parameter given new storage:
-    each captures anew. In-place updates of parameters are what a real
-    replay reads, so they capture nothing."""
+    """A module replaced or wrapped, a hook (forward or backward), an
+    instance-level forward or other method, a plain attribute edited, a
+    parameter given new storage: each captures anew. In-place updates of
+    parameters are what a real replay reads, so they capture nothing."""
     monkeypatch.setattr(cuda_graphs, 'MAX_CHANGES', 100)  # a change a call
     net = model()
     infer(net)
@@ -111,6 +111,7 @@ def test_a_changed_model_is_captured_anew(replays, monkeypatch):
         lambda: setattr(block, 'mlp', copy.deepcopy(block.mlp)),
         lambda: setattr(block, 'local_mp', Wrapped(block.local_mp)),
         lambda: block.attn.register_forward_hook(lambda *a: None),
+        lambda: block.attn.register_full_backward_pre_hook(lambda *a: None),
         lambda: setattr(block.mlp, 'forward', block.mlp.forward),
         lambda: setattr(net, '_forward_pyramid', net._forward_pyramid),
         lambda: setattr(block.local_mp.inner.act, 'approximate', 'tanh'),

@@ -85,9 +85,14 @@ def step(net, optimizer, x=X):
     return outs, grads
 
 
+def same_buffers(net, eager):
+    for (name, a), b in zip(net.named_buffers(), eager.buffers()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def same_steps(net, eager, opts, x=X):
-    """A step of each model (``opts``: their optimizers): the same outputs
-    and gradients."""
+    """A step of each model (``opts``: their optimizers): the same outputs,
+    gradients and BatchNorm statistics."""
     outs, grads = step(net, opts[0], x)
     ref_outs, ref_grads = step(eager, opts[1], x)
     for out, ref in zip(outs, ref_outs):
@@ -95,30 +100,27 @@ def same_steps(net, eager, opts, x=X):
     for name, grad in grads.items():
         torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4,
                                    atol=1e-6, msg=name)
+    same_buffers(net, eager)
 
 
-def test_steps_that_repeat_are_replayed_as_eager_steps(replays):
-    """The third step of an input is captured and replayed from then on;
-    outputs, gradients, parameters after the optimizer and BatchNorm's
-    running statistics are the eager steps' (the capture's warm-up
-    iterations leave no trace)."""
+def test_steps_that_repeat_are_replayed_as_eager_steps(replays,
+                                                       monkeypatch):
+    """The third step of an input is captured and replayed from then on,
+    the graph launched before the model is looked at (on a GPU, the CPU's
+    walk over the modules runs while the GPU replays); outputs, gradients,
+    parameters after the optimizer and BatchNorm's running statistics are
+    the eager steps' (the capture's warm-up iterations leave no trace)."""
+    order = []
+    fingerprint = cuda_graphs.fingerprint
+    monkeypatch.setattr(cuda_graphs, 'fingerprint', lambda net: order.append(
+        len(replays)) or fingerprint(net))  # replays launched before a look
     net, eager = model(), model(cuda_graphs=False)
-    opt = torch.optim.SGD(net.parameters(), lr=0.01)
-    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.01)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
     for i in range(5):
-        outs, grads = step(net, opt)
-        ref_outs, ref_grads = step(eager, eager_opt)
-        for out, ref in zip(outs, ref_outs):
-            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
-        assert grads.keys() == ref_grads.keys()
-        for name, grad in grads.items():
-            torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4,
-                                       atol=1e-6, msg=name)
-        for (name, a), b in zip(net.named_buffers(), eager.buffers()):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6,
-                                       msg=name)
+        same_steps(net, eager, opts)
         assert net.training_graphs.captures == (i >= 2)
-    assert len(replays) == 3
+    assert len(replays) == 3 and order == [0, 0, 0, 2, 3]
+    opt = opts[0]
     # a new size is seen anew; inference is not a training step
     step(net, opt, X[:1])
     with torch.no_grad():
@@ -191,7 +193,8 @@ def test_a_parameter_unfrozen_after_the_capture_gets_its_gradient(
         replays):
     """A graph computes the gradients of the parameters that required them
     at its capture: one unfrozen later is a new model, captured anew, and
-    gets its gradient meanwhile."""
+    gets its gradient meanwhile; the old graph, launched before the model
+    was looked at, is dropped with its BatchNorm update undone."""
     net, eager = model(), model(cuda_graphs=False)
     for m in (net, eager):
         m.blocks[0].requires_grad_(False)
@@ -202,9 +205,12 @@ def test_a_parameter_unfrozen_after_the_capture_gets_its_gradient(
     for m in (net, eager):
         m.blocks[0].requires_grad_(True)
         step(m, torch.optim.SGD(m.parameters(), lr=0.0))
-    assert len(replays) == 1
+    assert len(replays) == 2  # launched, dropped: the step ran eagerly
     assert net.blocks[0].attn.qkv.weight.grad is not None
     same_gradients(net, eager)
+    same_buffers(net, eager)
+    step(net, torch.optim.SGD(net.parameters(), lr=0.0))
+    assert len(replays) == 2  # no graph launched until one is the model's
 
 
 def test_what_cannot_be_captured_runs_eagerly_and_says_so_once(
@@ -315,7 +321,8 @@ def test_auto_captures_steps_that_repeat_in_a_row(replays, monkeypatch):
     net.blocks[0].mlp = Counting(net.blocks[0].mlp)
     for _ in range(4):
         step(net, opts[0], small)
-    assert net.training_graphs.captures == 2 and len(replays) == 3
+    # the graph launched on the first of them only, and dropped
+    assert net.training_graphs.captures == 2 and len(replays) == 4
 
 
 def test_auto_runs_what_cannot_be_captured_eagerly_with_a_note(

@@ -5,12 +5,11 @@ kernels, each launched from Python. A CUDA graph captures one forward's
 kernels and replays them with one launch. The backbone's forward is captured
 once per input (:func:`input_key`: shape, dtype, device, autocast state,
 inference mode, fast-path switches) and replayed while nothing it depends on
-changes;
-the model is looked at on every call (:func:`fingerprint`: every module's
-identity, class, attributes (their identities), hooks, every parameter's
-and buffer's identity and storage, and which parameters require gradients),
-so a module replaced, wrapped or edited, a parameter given new storage, or
-one frozen or unfrozen, is captured anew.
+changes; the model is looked at on every call (:func:`fingerprint`: every
+module's identity, class, attributes (their identities), hooks (forward and
+backward), every parameter's and buffer's identity and storage, and which
+parameters require gradients), so a module replaced, wrapped or edited, a
+parameter given new storage, or one frozen or unfrozen, is captured anew.
 That look takes the CPU a millisecond or two for XCiT-S12, so it is taken
 while the GPU replays the graph last used for the input: if the model
 changed since that graph's capture, its outputs are dropped (it reads only
@@ -29,7 +28,10 @@ an eager backward's do (DistributedDataParallel's hooks included), as
 copies: ``make_graphed_callables`` hands out its graph's own gradient
 buffers, which autograd would make the parameters' ``.grad`` and the next
 replay would overwrite (gradients accumulated over steps, or into a
-``.grad`` zeroed in place, would come out wrong).
+``.grad`` zeroed in place, would come out wrong). As in inference, the
+graph last replayed for an input is launched before the model is looked
+at; if the model changed, that replay is dropped and the BatchNorm
+statistics it updated are restored.
 
 ``XCiT(cuda_graphs='auto')`` (the recipes') replays what the policy lists
 for the device (:data:`xcit_dense.models.policy.GRAPHS`) and captures only
@@ -45,6 +47,7 @@ INFO line rather than a warning.
 """
 import functools
 import logging
+import operator
 import weakref
 from collections import OrderedDict
 from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
@@ -97,30 +100,42 @@ def applies_to_training(model: nn.Module, x: torch.Tensor) -> bool:
     return model.training and torch.is_grad_enabled() and _capturable(x)
 
 
+#: a module's hooks that its call runs (the ``*_with_kwargs`` and
+#: ``always_called`` tables are keyed by these hooks' handles)
+_HOOKS = ('_forward_pre_hooks', '_forward_hooks', '_backward_pre_hooks',
+          '_backward_hooks')
+_data_ptr = torch.Tensor.data_ptr
+_requires_grad = operator.attrgetter('requires_grad')
+
+
 def fingerprint(model: nn.Module
                 ) -> Tuple[Tuple[Hashable, ...], List[object]]:
     """What ``model``'s forward depends on besides its input: each module's
     identity and class, the identity of every value in its ``__dict__``
     (so an attribute set or edited, ``training`` and a function set on the
-    instance among them, changes it), its hooks, and each parameter's and
-    buffer's identity and storage (a new dtype, device or size is new
-    storage) and whether it requires gradients (a training step's graph
-    computes the gradients of those that did at its capture). Also the
-    objects whose identities it holds: kept alive with
-    a graph, so that no new object can take one of their identities."""
-    parts = [tuple(nn.modules.module._global_forward_pre_hooks),
-             tuple(nn.modules.module._global_forward_hooks)]
+    instance among them, changes it), its hooks (forward and backward, and
+    the global ones), and each parameter's and buffer's identity and
+    storage (a new dtype, device or size is new storage) and whether it
+    requires gradients (a training step's graph computes the gradients of
+    those that did at its capture). Also the objects whose identities it
+    holds: kept alive with a graph, so that no new object can take one of
+    their identities."""
+    hooks = nn.modules.module
+    parts = [tuple(hooks._global_forward_pre_hooks),
+             tuple(hooks._global_forward_hooks),
+             tuple(hooks._global_backward_pre_hooks),
+             tuple(hooks._global_backward_hooks)]
     held = []
     for module in model.modules():
         d = module.__dict__
         values = tuple(d.values())
-        tensors = (*d['_parameters'].values(), *d['_buffers'].values())
+        tensors = [t for t in (*d['_parameters'].values(),
+                               *d['_buffers'].values()) if t is not None]
         held.append((module, values, tensors))
         parts.append((id(module), type(module), tuple(map(id, values)),
-                      tuple(d['_forward_pre_hooks']),
-                      tuple(d['_forward_hooks']), tuple(map(id, tensors)),
-                      tuple((t.data_ptr(), t.requires_grad)
-                            for t in tensors if t is not None)))
+                      *(tuple(d[name]) for name in _HOOKS),
+                      tuple(map(id, tensors)), tuple(map(_data_ptr, tensors)),
+                      tuple(map(_requires_grad, tensors))))
     return tuple(parts), held
 
 
@@ -403,18 +418,60 @@ def not_graphable(model: nn.Module) -> Optional[str]:
     return None
 
 
+class _TrainingGraph:
+    """One captured training step: the graphed forward, the autograd node
+    of its last replay (a weak reference, until that replay's backward has
+    run), the objects and memory of the model as captured (a replay
+    launched after the model changed reads and writes only that), its
+    BatchNorm statistics and their copies from before the last replay
+    (restored when that replay is dropped), and whether the last look at
+    the model found it unchanged."""
+
+    __slots__ = ('forward', 'node', 'held', 'buffers', 'saved', 'trusted')
+
+    def __init__(self, forward: Callable[[torch.Tensor], Outputs],
+                 held: List[object], buffers: List[torch.Tensor],
+                 saved: List[torch.Tensor]) -> None:
+        self.forward = forward
+        self.node: Optional[weakref.ref] = None
+        storages = [t.untyped_storage() for *_, tensors in held
+                    for t in tensors]
+        self.held = (held, storages)
+        self.buffers, self.saved = buffers, saved
+        self.trusted = True
+
+    def launch(self, x: torch.Tensor) -> Outputs:
+        """Replay the forward on ``x``, the statistics it updates saved
+        first (:meth:`drop` undoes the replay)."""
+        if self.buffers:
+            torch._foreach_copy_(self.saved, self.buffers)
+        return self.forward(x)
+
+    def drop(self) -> None:
+        """Undo the last :meth:`launch` (its outputs unused): the
+        statistics as before it, and the graph no longer launched before
+        the model is looked at."""
+        if self.buffers:
+            torch._foreach_copy_(self.buffers, self.saved)
+        self.trusted = False
+
+
 class GraphedTraining(_Graphs):
     """A model's captured training steps, one per input (:func:`input_key`)
     and model (:func:`fingerprint`) seen :data:`MIN_REPEATS` times, the
     :data:`MAX_TRAINING_GRAPHS` most recently used kept, all in one memory
     pool (a step's activations once, however many graphs). A step's
     BatchNorm statistics are as an eager step leaves them (the capture's
-    warm-up iterations are undone). A forward while a replay's backward is
-    still to come (two forwards before one backward) runs eagerly, as a
-    replay or a capture in the shared pool would overwrite what that
-    backward needs; the outputs and gradients are the caller's own, copied
-    out as each replay ends (a later replay of another graph may write
-    where they were). If a capture fails or the model cannot be
+    warm-up iterations are undone). The graph last replayed for an input
+    is launched again before the model is looked at (the CPU's look runs
+    while the GPU replays); if the model changed, that replay is dropped
+    and its BatchNorm update undone, and the next steps look first until
+    a graph of the model as it is has replayed. A forward while a replay's
+    backward is still to come (two forwards before one backward) runs
+    eagerly, as a replay or a capture in the shared pool would overwrite
+    what that backward needs; the outputs and gradients are the caller's
+    own, copied out as each replay ends (a later replay of another graph
+    may write where they were). If a capture fails or the model cannot be
     captured (:func:`not_graphable`), one warning says so and training runs
     eagerly from then on. Not copied with the model."""
 
@@ -425,7 +482,7 @@ class GraphedTraining(_Graphs):
     capture = staticmethod(capture_training_cuda)
 
     def __init__(self) -> None:
-        self.graphs: 'OrderedDict[Hashable, list]' = OrderedDict()
+        self.graphs: 'OrderedDict[Hashable, _TrainingGraph]' = OrderedDict()
         self.seen: 'OrderedDict[Hashable, int]' = OrderedDict()
         self.pool = None
         self.failure: Optional[str] = None
@@ -443,15 +500,23 @@ class GraphedTraining(_Graphs):
         if self.failure is not None:
             return forward(x)
         inputs = (*input_key(x), x.requires_grad)
+        latest = self._latest_for(inputs)
         if auto:
             self.recurrence.count(inputs)
-            if not self.recurrence.looks(inputs) and \
-                    self._latest_for(inputs) is None:
+            if latest is None and not self.recurrence.looks(inputs):
                 return forward(x)
         if self._backward_to_come():
             return forward(x)
+        launched = latest is not None and self.graphs[latest].trusted
+        if launched:
+            outs = self.graphs[latest].launch(x)
         model_key, held = fingerprint(model)
         key = (*inputs, model_key)
+        if launched:
+            if key == latest:
+                return self._handed_on(key, outs)
+            del outs
+            self.graphs[latest].drop()
         entry = self.graphs.get(key)
         if entry is None:
             if auto:
@@ -466,28 +531,34 @@ class GraphedTraining(_Graphs):
             reason = not_graphable(model)
             if reason is not None:
                 return self._stop(reason, forward, x, auto=auto)
-            buffers = [b.detach().clone() for b in model.buffers()]
+            buffers = list(model.buffers())
+            saved = [b.detach().clone() for b in buffers]
             try:
                 graphed, self.pool = self.capture(_Step(model, forward), x,
                                                   self.pool)
             except Exception as error:  # the capture's, or the model's
-                self._restore(model, buffers)
+                self._restore(buffers, saved)
                 return self._stop(f'capturing a training step failed '
                                   f'({first_line(error)})', forward, x)
-            self._restore(model, buffers)  # the warm-up iterations undone
+            self._restore(buffers, saved)  # the warm-up iterations undone
             self.captures += 1
             self.seen.pop(key, None)
-            # [graphed forward, the last replay's autograd node, objects held]
-            entry = self.graphs[key] = [graphed, None, held]
+            self.graphs[key] = _TrainingGraph(graphed, held, buffers, saved)
             kept = AUTO_TRAINING_GRAPHS if auto else MAX_TRAINING_GRAPHS
             while len(self.graphs) > kept:
                 self.graphs.popitem(last=False)
+        return self._handed_on(key, self.graphs[key].launch(x))
+
+    def _handed_on(self, key: Hashable, outs: Outputs) -> Outputs:
+        """The outputs of the graph ``key``'s replay, as the caller's own,
+        and the graph busy until the replay's backward has run."""
         self.graphs.move_to_end(key)
-        outs = entry[0](x)
+        entry = self.graphs[key]
+        entry.trusted = True
         node = outs[0].grad_fn
         if node is not None:
             # alive until its backward has run or its outputs are gone
-            entry[1] = weakref.ref(node)
+            entry.node = weakref.ref(node)
             node.register_hook(functools.partial(self._backward_done, entry))
         return tuple(o.clone() for o in outs)
 
@@ -495,20 +566,21 @@ class GraphedTraining(_Graphs):
         """A replay's backward is still to come: its graph's activations,
         in the memory pool the graphs share, must stay as they are until
         then, so no graph is replayed or captured."""
-        return any(entry[1] is not None and entry[1]() is not None
+        return any(entry.node is not None and entry.node() is not None
                    for entry in self.graphs.values())
 
     @staticmethod
-    def _backward_done(entry: list, grad_inputs: Outputs,
+    def _backward_done(entry: _TrainingGraph, grad_inputs: Outputs,
                        grad_outputs: Outputs) -> Outputs:
         """After a replay's backward: the graph free for the next step, and
         copies of the gradients it computed passed on in place of the
         graph's buffers."""
-        entry[1] = None
+        entry.node = None
         return copies(grad_inputs)
 
     @staticmethod
-    def _restore(model: nn.Module, buffers: List[torch.Tensor]) -> None:
-        with torch.no_grad():
-            for buffer, saved in zip(model.buffers(), buffers):
-                buffer.copy_(saved)
+    def _restore(buffers: List[torch.Tensor],
+                 saved: List[torch.Tensor]) -> None:
+        if buffers:
+            with torch.no_grad():
+                torch._foreach_copy_(buffers, saved)

@@ -293,3 +293,56 @@ def test_auto_graphs_what_the_policy_lists_for_inputs_that_recur(
     assert len(explicit.graphs.graphs) == 1
     with pytest.raises(ValueError, match="'auto' \\(where the policy"):
         XCiT('nano_12_p16', cuda_graphs='automatic')
+
+
+def test_auto_keeps_the_graphs_of_the_inputs_that_come_most(
+        replays, looks, monkeypatch):
+    """``cuda_graphs='auto'`` with more recurring inputs than graphs kept
+    (detection's padded sizes): an input that comes about as often as those
+    kept runs eagerly, without a look at the model, rather than each
+    capture evicting a graph captured again soon after (slower than eager
+    calls); one that came twice as often as the least used kept input
+    replaces it, not the least recently used."""
+    monkeypatch.setitem(policy.GRAPHS, 'cpu', frozenset({'infer'}))
+    monkeypatch.setattr(cuda_graphs, 'MAX_GRAPHS', 2)
+    net = model('auto')
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    a, b, c = X[..., :32, :32], X[..., :32, :48], X[..., :48, :32]
+    for x in (a, b, c) * 4:
+        for out, ref in zip(infer(net, x), infer(eager, x)):
+            torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    assert net.graphs.captures == 2
+    for x in (a, a, b):  # a 6 times, b 5 (the least used, not the LRU)
+        infer(net, x)
+    for i in range(6):  # c 5 to 10 times
+        looked = len(looks)
+        infer(net, c)
+        assert net.graphs.captures == 2 + (i == 5)
+        assert len(looks) == looked + (i == 5)
+    kept = [key[0] for key in net.graphs.graphs]
+    assert kept == [tuple(a.shape), tuple(c.shape)]
+
+
+def test_graph_admission_tool_prices_both_policies(capsys, monkeypatch):
+    """``docs/benchmark/graph_admission.py`` (docs/performance.md quotes
+    it): with 20 sizes, the admission rule captures a few times where
+    dropping the least recently used captures on most calls."""
+    import importlib.util
+    import os.path as osp
+    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'docs',
+                    'benchmark', 'graph_admission.py')
+    spec = importlib.util.spec_from_file_location('graph_admission', path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setattr('sys.argv', ['graph_admission.py', '--calls', '300'])
+    tool.main()
+    lines = capsys.readouterr().out.splitlines()[2:]
+    rows = {tuple(cells[:2]): [float(c) for c in cells[2:]]
+            for cells in ([c.strip() for c in line.strip('| ').split('|')]
+                          for line in lines)}
+    admitted, lru = rows[('20 uniform', 'admission')], \
+        rows[('20 uniform', 'lru')]
+    assert admitted[0] <= 12 and lru[0] > 100
+    assert admitted[3] < 1 < lru[3]
+    assert cuda_graphs.ADMISSION == 2  # the patches undone

@@ -36,9 +36,13 @@ statistics it updated are restored.
 ``XCiT(cuda_graphs='auto')`` (the recipes') replays what the policy lists
 for the device (:data:`xcit_dense.models.policy.GRAPHS`) and captures only
 what recurs (:class:`Recurrence`): an inference input seen
-:data:`MIN_REPEATS` times, a training input :data:`MIN_REPEATS` times in
-a row (fixed-size crops; multi-scale detection's changing sizes run
-eagerly), one training graph kept, so that its memory is never held beside
+:data:`MIN_REPEATS` times among the last :data:`WINDOW` calls (with
+:data:`MAX_GRAPHS` kept, a new input replaces the least used graph only
+if it came :data:`ADMISSION` times as often: with more sizes recurring
+than graphs kept, the others run eagerly rather than each capture evicting
+a graph captured again soon after), a training input :data:`MIN_REPEATS`
+times in a row (fixed-size crops; multi-scale detection's changing sizes
+run eagerly), one training graph kept, so that its memory is never held beside
 eager steps of other sizes for long, and the inference graphs dropped when
 the model goes back to training (after a validation); until an input comes
 close to that, the model is not looked at (eager calls pay nothing). A
@@ -49,8 +53,17 @@ import functools
 import logging
 import operator
 import weakref
-from collections import OrderedDict
-from typing import Callable, Dict, Hashable, List, Optional, Sequence, Tuple
+from collections import OrderedDict, deque
+from typing import (
+    Callable,
+    Deque,
+    Dict,
+    Hashable,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import torch
 import torch.nn as nn
@@ -68,6 +81,14 @@ MAX_GRAPHS = 8
 #: calls in a row with the model changed at the same input after which the
 #: graphs stop
 MAX_CHANGES = 3
+#: ``cuda_graphs='auto'``, inference: the calls over which inputs are
+#: counted, and how many times as often as the input of the least used of
+#: the :data:`MAX_GRAPHS` graphs kept a new input must have come to replace
+#: it; inputs that come about as often as those kept run eagerly rather
+#: than each capture evicting a graph that is captured again soon after
+#: (a capture costs about three eager forwards)
+WINDOW = 1024
+ADMISSION = 2
 #: training steps: times an input (and model) must have been seen before
 #: its step is captured, and the graphs kept (in one memory pool they
 #: share: one step's activations, and each graph's outputs and gradients)
@@ -173,26 +194,32 @@ def copies(tensors: Sequence[Optional[torch.Tensor]]
 class Recurrence:
     """``cuda_graphs='auto'``: whether an input (:func:`input_key`) has
     recurred enough to be captured. :meth:`count` counts each call's input
-    (the last 64 inputs; with ``in_a_row`` a different input starts the
-    count anew); the model is worth looking at (:func:`fingerprint`) from
-    the call before a capture on (:meth:`looks`), and an input is
-    :meth:`ready` once it came :data:`MIN_REPEATS` times with the model
-    unchanged since the call before (a model that changes on every call is
-    never captured)."""
+    (among the last :data:`WINDOW` calls; with ``in_a_row``, a different
+    input starts the count anew); the model is worth looking at
+    (:func:`fingerprint`) from the call before a capture on
+    (:meth:`looks`), and an input is :meth:`ready` once it came
+    :data:`MIN_REPEATS` times with the model unchanged since the call
+    before (a model that changes on every call is never captured)."""
 
     def __init__(self, in_a_row: bool) -> None:
         self.in_a_row = in_a_row
-        self.counts: 'OrderedDict[Hashable, int]' = OrderedDict()
+        self.counts: Dict[Hashable, int] = {}
         self.models: Dict[Hashable, Hashable] = {}
+        self._window: Deque[Hashable] = deque()
 
     def count(self, inputs: Hashable) -> None:
         if self.in_a_row and inputs not in self.counts:
             self.counts.clear()
             self.models.clear()
-        self.counts[inputs] = self.counts.pop(inputs, 0) + 1
-        while len(self.counts) > 64:
-            dropped, _ = self.counts.popitem(last=False)
-            self.models.pop(dropped, None)
+        self.counts[inputs] = self.counts.get(inputs, 0) + 1
+        if not self.in_a_row:
+            self._window.append(inputs)
+            if len(self._window) > WINDOW:
+                old = self._window.popleft()
+                self.counts[old] -= 1
+                if not self.counts[old]:
+                    del self.counts[old]
+                    self.models.pop(old, None)
 
     def looks(self, inputs: Hashable) -> bool:
         return self.counts.get(inputs, 0) >= MIN_REPEATS - 1
@@ -309,13 +336,14 @@ class GraphedInference(_Graphs):
         if self.failure is not None:
             return forward(x)
         inputs = input_key(x)
+        if auto:  # every call, replayed or not (:meth:`_least_used`)
+            self.recurrence.count(inputs)
         launched = self._latest_for(inputs)
         if launched is not None:
             self._replay(self.graphs[launched], x)
-        elif auto:
-            self.recurrence.count(inputs)
-            if not self.recurrence.looks(inputs):
-                return forward(x)
+        elif auto and not (self.recurrence.looks(inputs) and
+                           self._admits(inputs)):
+            return forward(x)
         model_key, held = fingerprint(model)
         key = (*inputs, model_key)
         # the last call's key, and the objects behind its identities
@@ -342,14 +370,32 @@ class GraphedInference(_Graphs):
             # with the parameters' and buffers' memory as captured: a
             # replay launched after the model changed reads only that
             storages = [t.untyped_storage() for *_, tensors in held
-                        for t in tensors if t is not None]
+                        for t in tensors]
+            if len(self.graphs) >= MAX_GRAPHS:
+                self.graphs.pop(self._least_used() if auto else
+                                next(iter(self.graphs)))
             entry = self.graphs[key] = (*entry, (held, storages))
-            while len(self.graphs) > MAX_GRAPHS:
-                self.graphs.popitem(last=False)
         self.graphs.move_to_end(key)
         if key != launched:  # none launched, or another model's graph
             self._replay(entry, x)
         return tuple(o.clone() for o in entry[1])
+
+    def _least_used(self) -> Hashable:
+        """The key of the graph whose input came the fewest times among the
+        last :data:`WINDOW` calls (of those, the least recently used)."""
+        counts = self.recurrence.counts
+        return min(self.graphs, key=lambda key: counts.get(key[:-1], 0))
+
+    def _admits(self, inputs: Tuple[Hashable, ...]) -> bool:
+        """Under ``'auto'``: a graph may be captured for ``inputs`` (which
+        has none): fewer than :data:`MAX_GRAPHS` are kept, or ``inputs``
+        came :data:`ADMISSION` times as often as the input of the least
+        used one, which it replaces."""
+        if len(self.graphs) < MAX_GRAPHS:
+            return True
+        counts = self.recurrence.counts
+        return counts.get(inputs, 0) >= \
+            ADMISSION * counts.get(self._least_used()[:-1], 0)
 
     def release(self) -> None:
         """Drop the graphs and their memory pool (the inputs' counts stay:

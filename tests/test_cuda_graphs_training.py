@@ -119,7 +119,8 @@ def test_steps_that_repeat_are_replayed_as_eager_steps(replays,
     for i in range(5):
         same_steps(net, eager, opts)
         assert net.training_graphs.captures == (i >= 2)
-    assert len(replays) == 3 and order == [0, 0, 0, 2, 3]
+    # not looked at before an input's second step
+    assert len(replays) == 3 and order == [0, 0, 2, 3]
     opt = opts[0]
     # a new size is seen anew; inference is not a training step
     step(net, opt, X[:1])
@@ -209,8 +210,10 @@ def test_a_parameter_unfrozen_after_the_capture_gets_its_gradient(
     assert net.blocks[0].attn.qkv.weight.grad is not None
     same_gradients(net, eager)
     same_buffers(net, eager)
+    # the next step looks first (no graph launched until one is the
+    # model's) and, the model unchanged since the step before, captures it
     step(net, torch.optim.SGD(net.parameters(), lr=0.0))
-    assert len(replays) == 2  # no graph launched until one is the model's
+    assert len(replays) == 3 and net.training_graphs.captures == 2
 
 
 def test_what_cannot_be_captured_runs_eagerly_and_says_so_once(
@@ -384,3 +387,18 @@ def test_graphs_of_two_sizes_share_one_pool(replays):
     for name, grad in grads.items():
         torch.testing.assert_close(grad, ref[name], rtol=1e-4, atol=1e-6,
                                    msg=name)
+
+
+def test_train_keeps_the_graphs_of_the_inputs_that_come_most(replays):
+    """``cuda_graphs='train'`` with three sizes recurring as often and two
+    graphs kept: the third runs eagerly rather than each capture evicting
+    a graph captured again soon after (a capture costs about four steps);
+    every step is an eager step."""
+    net, eager = model(), model(cuda_graphs=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
+    a, b, c = X[..., :32, :32], X[..., :32, :48], X[..., :48, :32]
+    for x in (a, b, c) * 4:
+        same_steps(net, eager, opts, x)
+    assert net.training_graphs.captures == 2
+    assert [key[0] for key in net.training_graphs.graphs] == \
+        [tuple(a.shape), tuple(b.shape)]

@@ -122,15 +122,16 @@ class XCiT(BaseModule):
             with new storage) is captured anew; the 8 most recently used
             graphs are kept. ``'train'``: training steps too, forward and
             backward, for inputs seen 3 times (fixed-size crops; the rare
-            sizes of multi-scale training run eagerly), the 2 most recently
-            used kept, sharing one memory pool (one step's activations); not
-            with ``with_cp`` or SyncBN between processes. ``'auto'`` (the
-            recipes'): what the policy lists for the device
-            (:data:`xcit_dense.models.policy.GRAPHS`: inference and training
-            on CUDA, nothing on the CPU), captured only for inputs that
-            recur (inference: seen 3 times, its graphs dropped when the
-            model goes back to training; training: 3 times in a row, one
-            graph kept). Defaults to False.
+            sizes of multi-scale training run eagerly), the graphs of the 2
+            inputs that come most kept, sharing one memory pool (one step's
+            activations); not with ``with_cp`` or SyncBN between
+            processes. ``'auto'`` (the recipes'): what the policy lists for
+            the device (:data:`xcit_dense.models.policy.GRAPHS`: inference
+            and training on CUDA, nothing on the CPU), captured only for
+            inputs that recur (inference: seen 3 times, the graphs of the 8
+            inputs that come most kept and dropped when the model goes back
+            to training; training: 3 times in a row, one graph kept).
+            Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see

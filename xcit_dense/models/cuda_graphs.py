@@ -21,8 +21,10 @@ graphs its own).
 
 Training steps (``XCiT(cuda_graphs='train')``, :class:`GraphedTraining`):
 the forward and its backward of an input seen :data:`MIN_REPEATS` times
-(fixed-size crops, a padded size that recurs; the rare sizes of multi-scale
-training run eagerly) are captured with ``torch.cuda.make_graphed_callables``
+with the model unchanged since the step before (fixed-size crops, a padded
+size that recurs; the rare sizes of multi-scale training run eagerly; the
+graphs of the inputs that come most kept, as under ``'auto'`` below) are
+captured with ``torch.cuda.make_graphed_callables``
 and replayed as one autograd node whose gradients reach the parameters as
 an eager backward's do (DistributedDataParallel's hooks included), as
 copies: ``make_graphed_callables`` hands out its graph's own gradient
@@ -292,6 +294,23 @@ class _Graphs:
         return next((k for k in reversed(self.graphs) if k[:-1] == inputs),
                     None)
 
+    def _least_used(self, recurrence: Recurrence) -> Hashable:
+        """The key of the graph whose input came the fewest times in
+        ``recurrence`` (of those, the least recently used)."""
+        counts = recurrence.counts
+        return min(self.graphs, key=lambda key: counts.get(key[:-1], 0))
+
+    def _admits(self, inputs: Tuple[Hashable, ...], recurrence: Recurrence,
+                kept: int) -> bool:
+        """A graph may be captured for ``inputs`` (which has none): fewer
+        than ``kept`` are kept, or ``inputs`` came :data:`ADMISSION` times
+        as often as the input of the least used one, which it replaces."""
+        if len(self.graphs) < kept:
+            return True
+        counts = recurrence.counts
+        return counts.get(inputs, 0) >= ADMISSION * counts.get(
+            self._least_used(recurrence)[:-1], 0)
+
     def __deepcopy__(self, memo: Dict) -> '_Graphs':
         return type(self)()
 
@@ -304,12 +323,13 @@ class _Graphs:
 
 class GraphedInference(_Graphs):
     """A model's captured forwards, one per input (:func:`input_key`) and
-    model (:func:`fingerprint`), the :data:`MAX_GRAPHS` most recently used
-    kept. Not copied with the model
-    (a copy captures its own). If a capture fails, or the model changes
-    between :data:`MAX_CHANGES` calls in a row at the same input (a module
-    that sets an attribute in its forward: every call would capture), one
-    warning says so and the model runs eagerly from then on."""
+    model (:func:`fingerprint`), :data:`MAX_GRAPHS` kept (the most recently
+    used; under ``'auto'``, those of the inputs that come most). Not copied
+    with the model (a copy captures its own). If a capture fails, or the
+    model changes between :data:`MAX_CHANGES` calls in a row at the same
+    input (a module that sets an attribute in its forward: every call would
+    capture), one warning says so and the model runs eagerly from then
+    on."""
 
     #: the capture (a stand-in on the CPU in the tests)
     capture = staticmethod(capture_cuda)
@@ -341,8 +361,8 @@ class GraphedInference(_Graphs):
         launched = self._latest_for(inputs)
         if launched is not None:
             self._replay(self.graphs[launched], x)
-        elif auto and not (self.recurrence.looks(inputs) and
-                           self._admits(inputs)):
+        elif auto and not (self.recurrence.looks(inputs) and self._admits(
+                inputs, self.recurrence, MAX_GRAPHS)):
             return forward(x)
         model_key, held = fingerprint(model)
         key = (*inputs, model_key)
@@ -372,30 +392,13 @@ class GraphedInference(_Graphs):
             storages = [t.untyped_storage() for *_, tensors in held
                         for t in tensors]
             if len(self.graphs) >= MAX_GRAPHS:
-                self.graphs.pop(self._least_used() if auto else
-                                next(iter(self.graphs)))
+                self.graphs.pop(self._least_used(self.recurrence) if auto
+                                else next(iter(self.graphs)))
             entry = self.graphs[key] = (*entry, (held, storages))
         self.graphs.move_to_end(key)
         if key != launched:  # none launched, or another model's graph
             self._replay(entry, x)
         return tuple(o.clone() for o in entry[1])
-
-    def _least_used(self) -> Hashable:
-        """The key of the graph whose input came the fewest times among the
-        last :data:`WINDOW` calls (of those, the least recently used)."""
-        counts = self.recurrence.counts
-        return min(self.graphs, key=lambda key: counts.get(key[:-1], 0))
-
-    def _admits(self, inputs: Tuple[Hashable, ...]) -> bool:
-        """Under ``'auto'``: a graph may be captured for ``inputs`` (which
-        has none): fewer than :data:`MAX_GRAPHS` are kept, or ``inputs``
-        came :data:`ADMISSION` times as often as the input of the least
-        used one, which it replaces."""
-        if len(self.graphs) < MAX_GRAPHS:
-            return True
-        counts = self.recurrence.counts
-        return counts.get(inputs, 0) >= \
-            ADMISSION * counts.get(self._least_used()[:-1], 0)
 
     def release(self) -> None:
         """Drop the graphs and their memory pool (the inputs' counts stay:
@@ -504,9 +507,14 @@ class _TrainingGraph:
 
 class GraphedTraining(_Graphs):
     """A model's captured training steps, one per input (:func:`input_key`)
-    and model (:func:`fingerprint`) seen :data:`MIN_REPEATS` times, the
-    :data:`MAX_TRAINING_GRAPHS` most recently used kept, all in one memory
-    pool (a step's activations once, however many graphs). A step's
+    and model (:func:`fingerprint`), captured once the input has come
+    :data:`MIN_REPEATS` times (:class:`Recurrence`; ``'auto'``: in a row)
+    with the model unchanged since the step before; the graphs of the
+    :data:`MAX_TRAINING_GRAPHS` inputs that come most are kept
+    (``'auto'``: :data:`AUTO_TRAINING_GRAPHS`; a new input replaces the
+    least used graph only if it came :data:`ADMISSION` times as often), all
+    in one memory pool (a step's activations once, however many graphs). A
+    step's
     BatchNorm statistics are as an eager step leaves them (the capture's
     warm-up iterations are undone). The graph last replayed for an input
     is launched again before the model is looked at (the CPU's look runs
@@ -529,28 +537,29 @@ class GraphedTraining(_Graphs):
 
     def __init__(self) -> None:
         self.graphs: 'OrderedDict[Hashable, _TrainingGraph]' = OrderedDict()
-        self.seen: 'OrderedDict[Hashable, int]' = OrderedDict()
         self.pool = None
         self.failure: Optional[str] = None
         self.captures = 0
+        # the inputs counted under 'auto' (in a row) and under 'train'
         self.recurrence = Recurrence(in_a_row=True)
+        self.repeats = Recurrence(in_a_row=False)
 
     def __call__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs],
                  x: torch.Tensor, auto: bool = False) -> Outputs:
         """``forward(x)`` (``model``'s forward) in training: replayed from
-        the graph of its input and model, captured once the input has been
-        seen :data:`MIN_REPEATS` times (``auto``: in a row,
-        :class:`Recurrence`; :data:`AUTO_TRAINING_GRAPHS` kept), eagerly
-        until then."""
+        the graph of its input and model, captured once the input has
+        recurred (``auto``: in a row), eagerly until then."""
         if self.failure is not None:
             return forward(x)
         inputs = (*input_key(x), x.requires_grad)
+        recurrence = self.recurrence if auto else self.repeats
+        kept = AUTO_TRAINING_GRAPHS if auto else MAX_TRAINING_GRAPHS
+        recurrence.count(inputs)
         latest = self._latest_for(inputs)
-        if auto:
-            self.recurrence.count(inputs)
-            if latest is None and not self.recurrence.looks(inputs):
-                return forward(x)
+        if latest is None and not (recurrence.looks(inputs) and
+                                   self._admits(inputs, recurrence, kept)):
+            return forward(x)
         if self._backward_to_come():
             return forward(x)
         launched = latest is not None and self.graphs[latest].trusted
@@ -565,15 +574,8 @@ class GraphedTraining(_Graphs):
             self.graphs[latest].drop()
         entry = self.graphs.get(key)
         if entry is None:
-            if auto:
-                if not self.recurrence.ready(inputs, model_key):
-                    return forward(x)
-            else:
-                self.seen[key] = self.seen.pop(key, 0) + 1
-                while len(self.seen) > 64:
-                    self.seen.popitem(last=False)
-                if self.seen[key] < MIN_REPEATS:
-                    return forward(x)
+            if not recurrence.ready(inputs, model_key):
+                return forward(x)
             reason = not_graphable(model)
             if reason is not None:
                 return self._stop(reason, forward, x, auto=auto)
@@ -588,11 +590,9 @@ class GraphedTraining(_Graphs):
                                   f'({first_line(error)})', forward, x)
             self._restore(buffers, saved)  # the warm-up iterations undone
             self.captures += 1
-            self.seen.pop(key, None)
+            while len(self.graphs) >= kept:
+                self.graphs.pop(self._least_used(recurrence))
             self.graphs[key] = _TrainingGraph(graphed, held, buffers, saved)
-            kept = AUTO_TRAINING_GRAPHS if auto else MAX_TRAINING_GRAPHS
-            while len(self.graphs) > kept:
-                self.graphs.popitem(last=False)
         return self._handed_on(key, self.graphs[key].launch(x))
 
     def _handed_on(self, key: Hashable, outs: Outputs) -> Outputs:

@@ -119,19 +119,19 @@ class XCiT(BaseModule):
             input shape, dtype and autocast state (:mod:`.cuda_graphs`): one
             launch instead of hundreds. The model is looked at on every call
             and a change to it (a module replaced or edited, a parameter
-            with new storage) is captured anew; the 8 most recently used
-            graphs are kept. ``'train'``: training steps too, forward and
-            backward, for inputs seen 3 times (fixed-size crops; the rare
-            sizes of multi-scale training run eagerly), the graphs of the 2
-            inputs that come most kept, sharing one memory pool (one step's
-            activations); not with ``with_cp`` or SyncBN between
-            processes. ``'auto'`` (the recipes'): what the policy lists for
-            the device (:data:`xcit_dense.models.policy.GRAPHS`: inference
-            and training on CUDA, nothing on the CPU), captured only for
-            inputs that recur (inference: seen 3 times, the graphs of the 8
-            inputs that come most kept and dropped when the model goes back
-            to training; training: 3 times in a row, one graph kept).
-            Defaults to False.
+            with new storage) is captured anew; the graphs of the 8 inputs
+            that come most are kept. ``'train'``: training steps too,
+            forward and backward, for inputs seen 3 times (fixed-size
+            crops; the rare sizes of multi-scale training run eagerly), the
+            graphs of the 2 inputs that come most kept, sharing one memory
+            pool (one step's activations); not with ``with_cp`` or SyncBN
+            between processes. ``'auto'`` (the recipes'): what the policy
+            lists for the device (:data:`xcit_dense.models.policy.GRAPHS`:
+            inference and training on CUDA, nothing on the CPU), captured
+            only for inputs that recur (inference: seen 3 times, the graphs
+            of the 8 inputs that come most kept and dropped when the model
+            goes back to training; training: 3 times in a row, one graph
+            kept). Defaults to False.
         init_cfg (dict, optional): mmengine initialisation config.
             ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see

@@ -83,12 +83,11 @@ MAX_GRAPHS = 8
 #: calls in a row with the model changed at the same input after which the
 #: graphs stop
 MAX_CHANGES = 3
-#: ``cuda_graphs='auto'``, inference: the calls over which inputs are
-#: counted, and how many times as often as the input of the least used of
-#: the :data:`MAX_GRAPHS` graphs kept a new input must have come to replace
-#: it; inputs that come about as often as those kept run eagerly rather
-#: than each capture evicting a graph that is captured again soon after
-#: (a capture costs about three eager forwards)
+#: the calls over which inputs are counted (:class:`Recurrence`), and how
+#: many times as often as the input of the least used of the graphs kept a
+#: new input must have come to replace it; inputs that come about as often
+#: as those kept run eagerly rather than each capture evicting a graph that
+#: is captured again soon after (a capture costs about three eager calls)
 WINDOW = 1024
 ADMISSION = 2
 #: training steps: times an input (and model) must have been seen before
@@ -194,10 +193,11 @@ def copies(tensors: Sequence[Optional[torch.Tensor]]
 
 
 class Recurrence:
-    """``cuda_graphs='auto'``: whether an input (:func:`input_key`) has
-    recurred enough to be captured. :meth:`count` counts each call's input
-    (among the last :data:`WINDOW` calls; with ``in_a_row``, a different
-    input starts the count anew); the model is worth looking at
+    """How often inputs (:func:`input_key`) came: whether one has recurred
+    enough to be captured (``'auto'``, ``'train'``) and which graphs to keep
+    (those of the inputs that come most). :meth:`count` counts each call's
+    input (among the last :data:`WINDOW` calls; with ``in_a_row``, a
+    different input starts the count anew); the model is worth looking at
     (:func:`fingerprint`) from the call before a capture on
     (:meth:`looks`), and an input is :meth:`ready` once it came
     :data:`MIN_REPEATS` times with the model unchanged since the call
@@ -323,9 +323,10 @@ class _Graphs:
 
 class GraphedInference(_Graphs):
     """A model's captured forwards, one per input (:func:`input_key`) and
-    model (:func:`fingerprint`), :data:`MAX_GRAPHS` kept (the most recently
-    used; under ``'auto'``, those of the inputs that come most). Not copied
-    with the model (a copy captures its own). If a capture fails, or the
+    model (:func:`fingerprint`), :data:`MAX_GRAPHS` kept: those of the
+    inputs that come most (a new input replaces the least used graph only
+    if it came :data:`ADMISSION` times as often). Not copied with the
+    model (a copy captures its own). If a capture fails, or the
     model changes between :data:`MAX_CHANGES` calls in a row at the same
     input (a module that sets an attribute in its forward: every call would
     capture), one warning says so and the model runs eagerly from then
@@ -356,13 +357,12 @@ class GraphedInference(_Graphs):
         if self.failure is not None:
             return forward(x)
         inputs = input_key(x)
-        if auto:  # every call, replayed or not (:meth:`_least_used`)
-            self.recurrence.count(inputs)
+        self.recurrence.count(inputs)  # every call (:meth:`_least_used`)
         launched = self._latest_for(inputs)
         if launched is not None:
             self._replay(self.graphs[launched], x)
-        elif auto and not (self.recurrence.looks(inputs) and self._admits(
-                inputs, self.recurrence, MAX_GRAPHS)):
+        elif not ((not auto or self.recurrence.looks(inputs)) and
+                  self._admits(inputs, self.recurrence, MAX_GRAPHS)):
             return forward(x)
         model_key, held = fingerprint(model)
         key = (*inputs, model_key)
@@ -392,8 +392,7 @@ class GraphedInference(_Graphs):
             storages = [t.untyped_storage() for *_, tensors in held
                         for t in tensors]
             if len(self.graphs) >= MAX_GRAPHS:
-                self.graphs.pop(self._least_used(self.recurrence) if auto
-                                else next(iter(self.graphs)))
+                self.graphs.pop(self._least_used(self.recurrence))
             entry = self.graphs[key] = (*entry, (held, storages))
         self.graphs.move_to_end(key)
         if key != launched:  # none launched, or another model's graph

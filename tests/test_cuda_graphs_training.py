@@ -402,3 +402,27 @@ def test_train_keeps_the_graphs_of_the_inputs_that_come_most(replays):
     assert net.training_graphs.captures == 2
     assert [key[0] for key in net.training_graphs.graphs] == \
         [tuple(a.shape), tuple(b.shape)]
+
+
+def test_launch_delay_tool_times_a_replayed_step(capsys, monkeypatch):
+    """``docs/benchmark/launch_delay.py`` (docs/performance.md quotes it)
+    captures the third step and times the steps' calls to their launch."""
+    import importlib.util
+    import os.path as osp
+    import re
+    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'docs',
+                    'benchmark', 'launch_delay.py')
+    spec = importlib.util.spec_from_file_location('launch_delay', path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setattr(cuda_graphs, 'DEVICES', cuda_graphs.DEVICES)
+    monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',
+                        cuda_graphs.GraphedTraining.capture)
+    monkeypatch.setattr('sys.argv', ['launch_delay.py', '--arch',
+                                     'nano_12_p16', '--steps', '14'])
+    tool.main()
+    out = capsys.readouterr().out
+    found = re.search(r'call to launch ([\d.]+) ms \(median of 4 steps\), '
+                      r'fingerprint ([\d.]+) ms, nano_12_p16, captures 1',
+                      out)
+    assert found and float(found[1]) > 0 and float(found[2]) > 0, out

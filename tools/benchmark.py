@@ -1,6 +1,6 @@
 """Benchmark dense backbones and detectors: latency, memory and FLOPs by size.
 
-Every measurement runs in a fresh process, so its peak memory is its own: on
+Every row is measured in a fresh process, so its peak memory is its own: on
 the CPU the peak resident set of that process (model and libraries included,
 plus "activation memory" = peak minus the resident set before the first step),
 on CUDA ``torch.cuda.max_memory_allocated`` plus the memory CUDA graphs'
@@ -103,6 +103,7 @@ from xcit_dense.benchmark import (  # noqa: E402
     trainable,
     write_outputs,
 )
+from xcit_dense.benchmark.matmul import matmul_rates  # noqa: E402
 from xcit_dense.benchmark.names import DETECTORS, PEERS  # noqa: E402
 
 
@@ -171,9 +172,12 @@ def main():
     args = parser.parse_args()
     check_args(parser, args)
     os.makedirs(args.out_dir, exist_ok=True)
-    matmul = run_measurement('matmul', (0, 0), 1, 'infer', args)
-    if 'error' in matmul:
-        raise SystemExit(f'matmul measurement failed: {matmul["error"]}')
+    try:
+        matmul = matmul_rates(args.device, args.matmul_size, args.repeat,
+                              args.threads)
+    except RuntimeError as error:  # no such device, out of its memory
+        raise SystemExit(f'the reference matmul failed on {args.device}: '
+                         f'{error}')
     print(f'matmul, {args.threads} threads: fp32 '
           f'{matmul["fp32_gflops_per_s"]:.0f} GFLOP/s, bf16 '
           f'{matmul["bf16_gflops_per_s"]:.0f} GFLOP/s', flush=True)

@@ -1,5 +1,5 @@
 """Benchmarks of backbones, whole detectors and segmentors: latency, memory
-and multiply-adds by input size, each measurement in a fresh process
+and multiply-adds by input size, each row measured in a fresh process
 (``tools/benchmark.py`` is the command line)."""
 from .names import parse_model, trainable
 from .report import write_outputs

@@ -25,6 +25,7 @@ from .builders import (
     example_input,
     segmentation_batch,
 )
+from .matmul import synchronize
 from .names import DETECTORS, RUNTIMES, SEGMENTORS, parse_model
 
 
@@ -73,27 +74,6 @@ def export_row(args) -> dict:
     return dict(export_s=time.perf_counter() - start, onnx_file=path,
                 export_max_rel_diff=max(r.get('max_rel_diff', 0.)
                                         for r in rows))
-
-
-def matmul_rate(device: str, n: int, repeat: int, dtype_name: str) -> float:
-    """GFLOP/s of an ``n x n`` matmul in ``dtype_name`` on ``device``."""
-    dtype = getattr(torch, dtype_name)
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    times = []
-    for i in range(2 + max(repeat, 5)):
-        _sync(device)
-        start = time.perf_counter()
-        a @ b
-        _sync(device)
-        if i >= 2:
-            times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times) / 1e9
-
-
-def _sync(device: str) -> None:
-    if device == 'cuda':
-        torch.cuda.synchronize()
 
 
 def _rss_gib() -> float:
@@ -204,10 +184,10 @@ def timed(step: Callable, args) -> Dict:
         if i == args.warmup and args.device == 'cuda':
             torch.cuda.reset_peak_memory_stats()
         out = None  # the previous step's outputs are not this one's memory
-        _sync(args.device)
+        synchronize(args.device)
         start = time.perf_counter()
         out = step()
-        _sync(args.device)
+        synchronize(args.device)
         if i == 0:
             row['first_call_s'] = time.perf_counter() - start
         if i >= args.warmup:
@@ -231,10 +211,6 @@ def measure_here(args) -> dict:
     """One measurement in this (fresh) process."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    if args.model == 'matmul':
-        return {f'{name}_gflops_per_s': matmul_rate(
-            args.device, args.matmul_size, args.repeat, dtype)
-            for name, dtype in (('fp32', 'float32'), ('bf16', 'bfloat16'))}
     if args.mode == 'export':
         return export_row(args)
     base, variants = parse_model(args.model)
@@ -424,7 +400,6 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument('--threads', type=int, default=os.cpu_count())
     parser.add_argument('--repeat', type=int, default=3)
     parser.add_argument('--warmup', type=int, default=1)
-    parser.add_argument('--matmul-size', type=int, default=4096)
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
     print(json.dumps(measure_here(parser.parse_args(argv))))
 

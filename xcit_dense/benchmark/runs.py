@@ -16,7 +16,7 @@ PACKAGE_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 def run_measurement(model, size, batch, mode, args) -> dict:
     """One row: ``model`` at ``size``, ``batch``, ``mode`` measured in a fresh
     process (runtimes: after an export in a process of its own)."""
-    base, variants = parse_model(model) if model != 'matmul' else (None, ())
+    base, variants = parse_model(model)
     if set(variants) & set(RUNTIMES) and mode == 'infer':
         # exported (and verified) in a process of its own, so that the
         # runtime's process holds only what the runtime needs; once per
@@ -51,8 +51,7 @@ def _run_worker(model, size, batch, mode, args) -> dict:
            '--model', model, '--size', f'{size[0]}x{size[1]}',
            '--batch', str(batch), '--mode', mode, '--device', args.device,
            '--threads', str(args.threads), '--repeat', str(args.repeat),
-           '--warmup', str(args.warmup), '--matmul-size',
-           str(args.matmul_size), '--out-dir', args.out_dir]
+           '--warmup', str(args.warmup), '--out-dir', args.out_dir]
     path = os.pathsep.join(filter(None, [PACKAGE_ROOT,
                                         os.environ.get('PYTHONPATH')]))
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),

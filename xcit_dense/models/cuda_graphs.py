@@ -77,8 +77,8 @@ from . import policy
 #: device types whose inference is graphed (the tests add the CPU with a
 #: stand-in for the capture)
 DEVICES = ('cuda',)
-#: graphs kept per model, the least recently used dropped first (each holds
-#: its forward's activations)
+#: inference graphs kept per model, those of the inputs that come most
+#: (each holds its outputs; their activations share one memory pool)
 MAX_GRAPHS = 8
 #: calls in a row with the model changed at the same input after which the
 #: graphs stop
@@ -90,9 +90,10 @@ MAX_CHANGES = 3
 #: is captured again soon after (a capture costs about three eager calls)
 WINDOW = 1024
 ADMISSION = 2
-#: training steps: times an input (and model) must have been seen before
-#: its step is captured, and the graphs kept (in one memory pool they
-#: share: one step's activations, and each graph's outputs and gradients)
+#: times an input must have come (the model unchanged since the call
+#: before) before it is captured (inference: under ``'auto'``), and the
+#: training graphs kept (in one memory pool they share: one step's
+#: activations, and each graph's outputs and gradients)
 MIN_REPEATS = 3
 MAX_TRAINING_GRAPHS = 2
 #: training graphs kept under ``cuda_graphs='auto'``
@@ -192,6 +193,32 @@ def copies(tensors: Sequence[Optional[torch.Tensor]]
     return tuple(None if t is None else fresh.pop() for t in tensors)
 
 
+def _copy_all(into: List[torch.Tensor], given: List[torch.Tensor]) -> None:
+    """``into[i].copy_(given[i])`` for every ``i`` (BatchNorm's statistics
+    and their saved copies), in a few launches."""
+    if into:
+        with torch.no_grad():
+            torch._foreach_copy_(into, given)
+
+
+def _held_with_storages(held: List[object]) -> Tuple[List[object], list]:
+    """``held`` (:func:`fingerprint`'s objects of the model as captured)
+    with the storages of its parameters and buffers, which a graph reads
+    and writes: kept alive with the graph, so that a replay launched after
+    the model changed (a ``.data`` set anew, say) never touches freed
+    memory."""
+    return held, [t.untyped_storage() for *_, tensors in held
+                  for t in tensors]
+
+
+def _autocast_as_now(device: str) -> torch.autocast:
+    """The caller's autocast state on ``device``, its cache of cast
+    weights off (it would outlive a capture)."""
+    return torch.autocast(
+        device, dtype=torch.get_autocast_dtype(device),
+        enabled=torch.is_autocast_enabled(device), cache_enabled=False)
+
+
 class Recurrence:
     """How often inputs (:func:`input_key`) came: whether one has recurred
     enough to be captured (``'auto'``, ``'train'``) and which graphs to keep
@@ -241,11 +268,7 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
     the memory pool the graph allocated from (shared by a model's
     graphs)."""
     static = x.clone()
-    device = x.device.type
-    # autocast's cache of cast weights would outlive the capture: off
-    autocast = torch.autocast(
-        device, dtype=torch.get_autocast_dtype(device),
-        enabled=torch.is_autocast_enabled(device), cache_enabled=False)
+    autocast = _autocast_as_now(x.device.type)
     stream = torch.cuda.Stream(device=x.device)
     stream.wait_stream(torch.cuda.current_stream(x.device))
     with torch.cuda.stream(stream), autocast:
@@ -387,13 +410,9 @@ class GraphedInference(_Graphs):
                 return self._stop(f'capturing it failed '
                                   f'({first_line(error)})', forward, x)
             self.captures += 1
-            # with the parameters' and buffers' memory as captured: a
-            # replay launched after the model changed reads only that
-            storages = [t.untyped_storage() for *_, tensors in held
-                        for t in tensors]
             if len(self.graphs) >= MAX_GRAPHS:
                 self.graphs.pop(self._least_used(self.recurrence))
-            entry = self.graphs[key] = (*entry, (held, storages))
+            entry = self.graphs[key] = (*entry, _held_with_storages(held))
         self.graphs.move_to_end(key)
         if key != launched:  # none launched, or another model's graph
             self._replay(entry, x)
@@ -438,13 +457,9 @@ def capture_training_cuda(step: nn.Module, x: torch.Tensor, pool
     side stream) in the memory pool ``pool`` (a new one if None), autocast's
     cache off (it would outlive the capture); returns the graphed forward
     and the pool."""
-    device = x.device.type
-    autocast = torch.autocast(
-        device, dtype=torch.get_autocast_dtype(device),
-        enabled=torch.is_autocast_enabled(device), cache_enabled=False)
     if pool is None:
         pool = torch.cuda.graph_pool_handle()
-    with autocast:
+    with _autocast_as_now(x.device.type):
         sample = x.detach().clone().requires_grad_(x.requires_grad)
         return torch.cuda.make_graphed_callables(
             step, (sample, ), allow_unused_input=True, pool=pool), pool
@@ -482,25 +497,21 @@ class _TrainingGraph:
                  saved: List[torch.Tensor]) -> None:
         self.forward = forward
         self.node: Optional[weakref.ref] = None
-        storages = [t.untyped_storage() for *_, tensors in held
-                    for t in tensors]
-        self.held = (held, storages)
+        self.held = _held_with_storages(held)
         self.buffers, self.saved = buffers, saved
         self.trusted = True
 
     def launch(self, x: torch.Tensor) -> Outputs:
         """Replay the forward on ``x``, the statistics it updates saved
         first (:meth:`drop` undoes the replay)."""
-        if self.buffers:
-            torch._foreach_copy_(self.saved, self.buffers)
+        _copy_all(self.saved, self.buffers)
         return self.forward(x)
 
     def drop(self) -> None:
         """Undo the last :meth:`launch` (its outputs unused): the
         statistics as before it, and the graph no longer launched before
         the model is looked at."""
-        if self.buffers:
-            torch._foreach_copy_(self.buffers, self.saved)
+        _copy_all(self.buffers, self.saved)
         self.trusted = False
 
 
@@ -584,10 +595,10 @@ class GraphedTraining(_Graphs):
                 graphed, self.pool = self.capture(_Step(model, forward), x,
                                                   self.pool)
             except Exception as error:  # the capture's, or the model's
-                self._restore(buffers, saved)
+                _copy_all(buffers, saved)
                 return self._stop(f'capturing a training step failed '
                                   f'({first_line(error)})', forward, x)
-            self._restore(buffers, saved)  # the warm-up iterations undone
+            _copy_all(buffers, saved)  # the warm-up iterations undone
             self.captures += 1
             while len(self.graphs) >= kept:
                 self.graphs.pop(self._least_used(recurrence))
@@ -622,10 +633,3 @@ class GraphedTraining(_Graphs):
         graph's buffers."""
         entry.node = None
         return copies(grad_inputs)
-
-    @staticmethod
-    def _restore(buffers: List[torch.Tensor],
-                 saved: List[torch.Tensor]) -> None:
-        if buffers:
-            with torch.no_grad():
-                torch._foreach_copy_(buffers, saved)

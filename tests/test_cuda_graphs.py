@@ -14,7 +14,7 @@ import torch.nn as nn
 from xcit_dense import XCiT, fast_path
 from xcit_dense.models import cuda_graphs, policy
 
-from conftest import logged
+from conftest import logged, run_tool_here
 
 X = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(0))
 
@@ -329,20 +329,14 @@ def test_auto_keeps_the_graphs_of_the_inputs_that_come_most(
     assert kept == [tuple(a.shape), tuple(c.shape)]
 
 
-def test_graph_admission_tool_prices_both_policies(capsys, monkeypatch):
+def test_graph_admission_tool_prices_both_policies():
     """``docs/benchmark/graph_admission.py`` (docs/performance.md quotes
     it): with 20 sizes, the admission rule captures a few times where
     dropping the least recently used captures on most calls."""
-    import importlib.util
-    import os.path as osp
-    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'docs',
-                    'benchmark', 'graph_admission.py')
-    spec = importlib.util.spec_from_file_location('graph_admission', path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    monkeypatch.setattr('sys.argv', ['graph_admission.py', '--calls', '300'])
-    tool.main()
-    lines = capsys.readouterr().out.splitlines()[2:]
+    proc = run_tool_here('docs/benchmark/graph_admission.py', '--calls',
+                         '300')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()[2:]
     rows = {tuple(cells[:2]): [float(c) for c in cells[2:]]
             for cells in ([c.strip() for c in line.strip('| ').split('|')]
                           for line in lines)}

@@ -14,7 +14,7 @@ import torch
 from xcit_dense import XCiT
 from xcit_dense.models import cuda_graphs, policy
 
-from conftest import logged
+from conftest import logged, run_tool_here
 
 X = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(0))
 
@@ -404,26 +404,19 @@ def test_train_keeps_the_graphs_of_the_inputs_that_come_most(replays):
         [tuple(a.shape), tuple(b.shape)]
 
 
-def test_launch_delay_tool_times_a_replayed_step(capsys, monkeypatch):
+def test_launch_delay_tool_times_a_replayed_step():
     """``docs/benchmark/launch_delay.py`` (docs/performance.md quotes it)
-    captures the third step and times the steps' calls to their launch."""
-    import importlib.util
-    import os.path as osp
+    captures the third step and times the steps' calls to their launch;
+    its stand-in capture is undone after it."""
     import re
-    path = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'docs',
-                    'benchmark', 'launch_delay.py')
-    spec = importlib.util.spec_from_file_location('launch_delay', path)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    # the tool sets both for its stand-in: as they were after the test
-    monkeypatch.setattr(cuda_graphs, 'DEVICES', cuda_graphs.DEVICES)
-    monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',
-                        cuda_graphs.GraphedTraining.__dict__['capture'])
-    monkeypatch.setattr('sys.argv', ['launch_delay.py', '--arch',
-                                     'nano_12_p16', '--steps', '14'])
-    tool.main()
-    out = capsys.readouterr().out
+    capture = cuda_graphs.GraphedTraining.__dict__['capture']
+    proc = run_tool_here('docs/benchmark/launch_delay.py', '--arch',
+                         'nano_12_p16', '--steps', '14')
+    assert proc.returncode == 0, proc.stderr[-2000:]
     found = re.search(r'call to launch ([\d.]+) ms \(median of 4 steps\), '
                       r'fingerprint ([\d.]+) ms, nano_12_p16, captures 1',
-                      out)
-    assert found and float(found[1]) > 0 and float(found[2]) > 0, out
+                      proc.stdout)
+    assert found and float(found[1]) > 0 and float(found[2]) > 0, \
+        proc.stdout
+    assert cuda_graphs.DEVICES == ('cuda', )
+    assert cuda_graphs.GraphedTraining.__dict__['capture'] is capture

@@ -56,11 +56,13 @@ test: install
 #             and the summary fit a 10-minute command), when pytest still
 #             prints what passed and failed so far (a test deaf to the
 #             interrupt is killed 30 s later)
-#   probe     where the time goes: each part's fast path on and off alone
-#             (in 3 rounds of rotated order: in one process the order weighs)
-#             (policy_probe.json, the CUDA column of the policy), kernel
-#             launches against GPU time, CUDA graphs (inference and training
-#             steps) (launch_probe.jsonl)
+#   probe     where the time goes: each part's fast path on and off alone,
+#             eagerly (in 3 rounds of rotated order: in one process the order
+#             weighs) and replayed from the backbone's CUDA graphs (the GPU's
+#             time alone; also XCA's second-moments route in place of its
+#             kernels) (policy_probe.json, the CUDA column of the policy),
+#             kernel launches against GPU time, CUDA graphs (inference and
+#             training steps) (launch_probe.jsonl)
 #   tiles     the Triton kernels' tile sizes and warps: XCA's and LPI's
 #             forward and backward at XCiT-S12's shapes under each
 #             candidate, fp32, bf16 and fp16 (tile_sweep.jsonl)
@@ -137,7 +139,7 @@ gpu-report-tests:
 gpu-report-probe:
 	@mkdir -p $(GPU_REPORT)
 	$(PY) docs/benchmark/gpu/policy_probe.py --repeat 5 --rounds 3 \
-	    --out $(GPU_REPORT)/policy_probe.json
+	    --graphs --out $(GPU_REPORT)/policy_probe.json
 	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT) --no-compile
 
 gpu-report-tiles:

@@ -20,51 +20,8 @@ X = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(0))
 
 
 @pytest.fixture
-def replays(monkeypatch):
-    """Training graphs on the CPU: a capture that runs the warm-up
-    iterations ``make_graphed_callables`` runs (forward and gradients,
-    BatchNorm statistics updated) and returns its graphed forward's
-    stand-in, which, as the real one, computes the gradients of the
-    parameters that required them at the capture into buffers in the
-    memory pool it was given (the graphs of one pool write the same
-    buffers, as a real pool's graphs may write where another's outputs
-    were) and returns those; returns the list of replays."""
-    monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
-    done, pools = [], {}
-
-    def capture(step, x, pool):
-        pool = object() if pool is None else pool
-        params = tuple(p for p in step.parameters() if p.requires_grad)
-        buffers = pools.setdefault((pool, tuple(map(id, params))),
-                                   [torch.zeros_like(p) for p in params])
-        for _ in range(3):
-            outs = step(x)
-            torch.autograd.grad(outs, params, [torch.ones_like(o)
-                                               for o in outs],
-                                allow_unused=True)
-
-        class Replay(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x, *_):
-                done.append(tuple(x.shape))
-                with torch.enable_grad():
-                    ctx.outs = step(x.detach())
-                return tuple(o.detach() for o in ctx.outs)
-
-            @staticmethod
-            def backward(ctx, *grads):
-                got = torch.autograd.grad(ctx.outs, params, grads,
-                                          allow_unused=True)
-                for buffer, grad in zip(buffers, got):
-                    if grad is not None:
-                        buffer.copy_(grad)
-                return (None, *(b.detach() if g is not None else None
-                                for b, g in zip(buffers, got)))
-
-        return (lambda x: Replay.apply(x, *params)), pool
-    monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',
-                        staticmethod(capture))
-    return done
+def replays(training_replays):
+    return training_replays
 
 
 def model(cuda_graphs='train', **kwargs):

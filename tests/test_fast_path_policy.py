@@ -287,29 +287,55 @@ def test_gradients_of_a_module_swapped_in_keep_their_strides():
         assert p.grad.stride() == p.stride(), name
 
 
-def test_gpu_policy_probe_runs(tmp_path, monkeypatch):
+def test_gpu_policy_probe_runs(tmp_path, monkeypatch, inference_replays,
+                               training_replays):
     """The probe behind the CUDA column (make gpu-report) on the CPU at a
-    tiny size: every part forced on and off alone in every scenario; the
-    rounds' orders."""
+    tiny size: the parts asked for forced on and off alone in the scenarios
+    asked for, eagerly, then each configuration replayed from the
+    backbone's graphs (stand-in captures here), timing replays only; its
+    ``+xca-moments`` rows take XCA's second-moments route where the Triton
+    kernels would run; the rounds' orders."""
     import json
     import runpy
     import sys
 
+    from xcit_dense.models import xca
+
     from conftest import REPO
+    probe = str(REPO / 'docs/benchmark/gpu/policy_probe.py')
     out = tmp_path / 'probe.json'
     monkeypatch.setattr(sys, 'argv', [
         'policy_probe.py', '--out', str(out), '--device', 'cpu', '--arch',
-        'nano_12_p16', '--size', '64x96', '--warmup', '0', '--repeat', '1',
-        '--rounds', '1'])
-    runpy.run_path(str(REPO / 'docs/benchmark/gpu/policy_probe.py'),
-                   run_name='__main__')
+        'nano_12_p16', '--size', '32x48', '--warmup', '0', '--repeat', '2',
+        '--rounds', '1', '--parts', 'xca', 'pyramid', '--scenarios', '1', '2',
+        '--graphs'])
+    runpy.run_path(probe, run_name='__main__')
     rows = json.loads(out.read_text())
-    configs = {r['config'] for r in rows}
-    assert len(configs) == 2 + 2 * len(policy.POLICY)
-    assert {'reference', 'all', 'ref+xca', 'all-xca'} <= configs
-    assert len(rows) == 5 * len(configs) and all(r['ms'] > 0 for r in rows)
-    assert all(len(r['ms_rounds']) == 1 for r in rows)
-    rotations = runpy.run_path(
-        str(REPO / 'docs/benchmark/gpu/policy_probe.py'))['rotations']
-    orders = rotations(list('abcdefg'), 3)
+    eager = [(r['mode'], r['config']) for r in rows if not r['graphed']]
+    configs = ['reference', 'all', 'all-xca', 'all-pyramid', 'ref+xca',
+               'ref+pyramid']
+    assert eager == [(m, c) for m in ('infer', 'train') for c in configs]
+    graphed = [r for r in rows if r['graphed']]
+    configs = ['reference', 'default', 'all', 'all-xca', 'all-pyramid',
+               'all+xca-moments']
+    assert [(r['mode'], r['config']) for r in graphed] == \
+        [(m, c) for m in ('infer', 'train') for c in configs]
+    assert all(r['ms'] > 0 and len(r['ms_rounds']) == 1
+               for r in rows if not r['graphed'])
+    assert all(r['replayed'] and r['ms'] > 0 for r in graphed)
+    # each configuration's 4 warm-up calls and 2 timed ones replayed
+    # (inference: captured on the first call; a training step on the
+    # third)
+    assert len(inference_replays) == 6 * len(configs)
+    assert len(training_replays) == 4 * len(configs)
+
+    ns = runpy.run_path(probe)
+    monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+    attention = xca.XCA(64, num_heads=8)
+    tokens = torch.randn(1, 6, 64)
+    assert attention._fast_path(tokens) == xca.KERNELS
+    with ns['xca_from_second_moments']():
+        assert attention._fast_path(tokens) == xca.SECOND_MOMENTS
+    assert attention._fast_path(tokens) == xca.KERNELS
+    orders = ns['rotations'](list('abcdefg'), 3)
     assert [''.join(o) for o in orders] == ['abcdefg', 'cdefgab', 'efgabcd']

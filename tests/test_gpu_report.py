@@ -13,7 +13,8 @@ from conftest import REPO, run_tool_here
 STEPS = {
     'tests': ('timeout -k 30 -s INT 480 python -m pytest',
               'tests/test_cuda.py -n 4 --dist worksteal'),
-    'probe': ('docs/benchmark/gpu/launch_probe.py', '--no-compile'),
+    'probe': ('docs/benchmark/gpu/policy_probe.py', '--graphs',
+              'docs/benchmark/gpu/launch_probe.py', '--no-compile'),
     'tiles': ('docs/benchmark/gpu/tile_sweep.py', ),
     'backbone': ('xcit_small_12_p16@reference',
                  'xcit_small_12_p16@amp', 'xcit_small_12_p16@bf16',
@@ -40,9 +41,9 @@ def test_each_step_runs_what_it_says(step):
     for command in STEPS[step]:
         assert command in proc.stdout, command
     # the compilations, the longest part, in their own step; so are the
-    # CUDA graphs
+    # rows replayed from CUDA graphs (the probe replays its configurations)
     assert ('@compile' in proc.stdout) == (step == 'compiled')
-    assert ('graphs' in proc.stdout) == (step == 'graphs')
+    assert ('+graphs' in proc.stdout) == (step == 'graphs')
     # on CUDA '@always' differs from the default in the up-sampler alone,
     # which the probe times on and off: no '@always' rows
     assert '@always' not in proc.stdout

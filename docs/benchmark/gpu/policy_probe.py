@@ -4,26 +4,37 @@ training step, in one process (CUDA events, medians; eager configurations in
 rounds of rotated order).
 
 The measurements behind the CUDA column of the fast-path policy
-(``xcit_dense/models/policy.py``). Run on a CUDA machine::
+(``xcit_dense/models/policy.py``). Eagerly, the rows are paced by the CPU's
+launches, which hides the GPU time a part saves or costs; ``--graphs`` times
+the same configurations replayed from the backbone's CUDA graphs
+(``cuda_graphs=True`` for inference, ``'train'`` for the training steps: the
+GPU's time alone), and XCA's second-moments route (the CPU's, two token
+GEMMs where the ``qkv`` and ``proj`` layers are four) in place of its
+Triton kernels. Run on a CUDA machine::
 
-    python docs/benchmark/gpu/policy_probe.py --out probe.json [--compile]
+    python docs/benchmark/gpu/policy_probe.py --out probe.json \
+        [--compile] [--graphs]
 
 Prints one JSON line per measurement and writes them all to ``--out``.
 """
 import argparse
+import contextlib
 import json
 import os
 import os.path as osp
 import statistics
 import sys
 import time
+from unittest import mock
 
 import torch
+import torch.nn as nn
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
 from xcit_dense import XCiT  # noqa: E402
+from xcit_dense.models import xca  # noqa: E402
 from xcit_dense.models.block import XCABlock  # noqa: E402
 from xcit_dense.models.lpi import LPI  # noqa: E402
 from xcit_dense.models.mlp import Mlp  # noqa: E402
@@ -39,7 +50,10 @@ PARTS = dict(stem=ConvPatchEmbed, pos=CachedFourierEncoding, xca=XCA,
 
 def set_parts(model, on):
     """Force the fast path of the parts in ``on`` ('always': whatever the
-    policy says for this device) and the straightforward one elsewhere."""
+    policy says for this device) and the straightforward one elsewhere;
+    ``on=None``: the policy's default (``True``) everywhere."""
+    if on is None:
+        return
     for m in model.modules():
         for name, cls in PARTS.items():
             if type(m) is cls:
@@ -108,6 +122,11 @@ def _peak_gib(device):
         if device == 'cuda' else None
 
 
+def _reserved_gib(device):
+    return torch.cuda.memory_reserved() / 2**30 \
+        if device == 'cuda' else None
+
+
 def _reset_peak(device):
     if device == 'cuda':
         torch.cuda.reset_peak_memory_stats()
@@ -121,15 +140,16 @@ def rotations(items, rounds):
 
 
 def eager_rows(args, scenarios, emit):
-    """Every part on and off alone, eager, in ``--rounds`` rounds per
+    """Every part of ``--parts`` on and off alone (the others on, or off),
+    eager, in ``--rounds`` rounds per
     scenario, each round starting at another configuration: in one
     process the order weighs (an H200 measured the AMP inference of the
     configuration measured first at 13.3 ms and of every later one, the
     positional encoding's cache alone included, at 19 to 24 ms), so each
     row is the median over rounds, with every round's time."""
-    names = list(PARTS)
-    configs = [('reference', set()), ('all', set(names))]
-    configs += [(f'all-{n}', set(names) - {n}) for n in names]
+    names, every = args.parts, set(PARTS)
+    configs = [('reference', set()), ('all', every)]
+    configs += [(f'all-{n}', every - {n}) for n in names]
     configs += [(f'ref+{n}', {n}) for n in names]
     torch.manual_seed(0)
     model = XCiT(arch=args.arch).to(args.device)
@@ -148,8 +168,67 @@ def eager_rows(args, scenarios, emit):
         for label, _ in configs:
             emit(dict(config=label, mode=mode, amp=amp, batch=batch, h=h,
                       w=w, ms=statistics.median(times[label]),
-                      ms_rounds=times[label], compiled=False,
+                      ms_rounds=times[label], graphed=False, compiled=False,
                       peak_gib=peaks[label]))
+
+
+def xca_from_second_moments():
+    """XCA's fast path on its second-moments route where it would take its
+    Triton kernels (plain ``nn.Linear`` layers), for the probe's
+    ``+xca-moments`` rows."""
+    kernels_or_other = XCA._fast_path
+
+    def fast_path(self, x):
+        path = kernels_or_other(self, x)
+        if path == xca.KERNELS and type(self.qkv) is nn.Linear and \
+                type(self.proj) is nn.Linear:
+            return xca.SECOND_MOMENTS
+        return path
+    return mock.patch.object(XCA, '_fast_path', fast_path)
+
+
+def graphed_configs(names):
+    """(label, parts forced on or None for the policy's default, context)
+    of the ``--graphs`` rows: each of the parts ``names`` off alone, the
+    others on."""
+    none, every = contextlib.nullcontext, set(PARTS)
+    return [('reference', set(), none), ('default', None, none),
+            ('all', every, none),
+            *((f'all-{n}', every - {n}, none) for n in names),
+            ('all+xca-moments', every, xca_from_second_moments)]
+
+
+def graphed_rows(args, scenarios, emit):
+    """Every configuration of :func:`graphed_configs` replayed from the
+    backbone's CUDA graphs, a fresh model each (captured during the
+    warm-up: inference on its first call, a training step on its third);
+    a row whose steps were not all replays says so (``replayed``)."""
+    for mode, amp, batch, (h, w) in scenarios:
+        for label, on, context in graphed_configs(args.parts):
+            torch.manual_seed(0)
+            model = XCiT(arch=args.arch, cuda_graphs=(
+                'train' if mode == 'train' else True)).to(args.device)
+            model.train(mode == 'train')
+            set_parts(model, on)
+            graphs = model.training_graphs if mode == 'train' \
+                else model.graphs
+            x = torch.randn(batch, 3, h, w, device=args.device)
+            step = scenario_step(model, mode, amp, x)
+            with context():
+                for _ in range(max(args.warmup, 4)):
+                    step()
+                captures = graphs.captures
+                _reset_peak(args.device)
+                ms = timed(step, 0, args.repeat, args.device)
+            emit(dict(config=label, mode=mode, amp=amp, batch=batch, h=h,
+                      w=w, ms=ms, graphed=True, compiled=False,
+                      replayed=captures == 1 and graphs.captures == 1
+                      and graphs.failure is None,
+                      failure=graphs.failure, peak_gib=_peak_gib(args.device),
+                      reserved_gib=_reserved_gib(args.device)))
+            del model, graphs, step
+            if args.device == 'cuda':
+                torch.cuda.empty_cache()
 
 
 def compiled_rows(args, scenarios, emit, t0):
@@ -177,8 +256,8 @@ def compiled_rows(args, scenarios, emit, t0):
             _reset_peak(args.device)
             ms = timed(step, args.warmup, args.repeat, args.device)
             emit(dict(config=label, mode=mode, amp=amp, batch=batch, h=h,
-                      w=w, ms=ms, compiled=cfg, first_call_s=first,
-                      peak_gib=_peak_gib(args.device)))
+                      w=w, ms=ms, graphed=False, compiled=cfg,
+                      first_call_s=first, peak_gib=_peak_gib(args.device)))
 
 
 def main():
@@ -188,12 +267,19 @@ def main():
     p.add_argument('--device', default='cuda')
     p.add_argument('--size', default=None,
                     help='HxW for every scenario (a quick check)')
+    p.add_argument('--parts', nargs='+', choices=list(PARTS),
+                   default=list(PARTS),
+                   help='the parts switched alone (default: all)')
+    p.add_argument('--scenarios', type=int, nargs='+', default=None,
+                   help='which of SCENARIOS (their indices; default: all)')
     p.add_argument('--warmup', type=int, default=3)
     p.add_argument('--repeat', type=int, default=10)
     p.add_argument('--rounds', type=int, default=3,
                    help='eager: every configuration this many times, each '
                         'round from another one (the median is the row)')
     p.add_argument('--compile', action='store_true')
+    p.add_argument('--graphs', action='store_true',
+                   help='also every configuration replayed from CUDA graphs')
     p.add_argument('--compile-backend', default='inductor')
     p.add_argument('--budget-s', type=float, default=400)
     args = p.parse_args()
@@ -202,6 +288,8 @@ def main():
     if args.size:
         size = tuple(int(v) for v in args.size.split('x'))
         scenarios = [(m, a, b, size) for m, a, b, _ in SCENARIOS]
+    if args.scenarios is not None:
+        scenarios = [scenarios[i] for i in args.scenarios]
     rows, t0 = [], time.time()
 
     def emit(row):
@@ -211,6 +299,8 @@ def main():
             json.dump(rows, f, indent=1)
 
     eager_rows(args, scenarios, emit)
+    if args.graphs:
+        graphed_rows(args, scenarios, emit)
     if args.compile:
         compiled_rows(args, [scenarios[i] for i in (2, 0, 1)], emit, t0)
 

@@ -107,7 +107,13 @@ STEP ?= all
 # a measurement that hangs is stopped (an error row) before the step's 10
 # minutes are gone
 GPU_BENCH := $(PY) tools/benchmark.py --device cuda --repeat 20 --warmup 3 \
-    --timeout 300
+    --timeout 300 $(if $(GPU_PUBLISHED),--published-code $(GPU_PUBLISHED))
+# the published backbone's file (detection/backbone/xcit.py of
+# github.com/facebookresearch/xcit; not part of this package): where given,
+# the backbone and graphs steps measure it beside ours, in the same run
+# (@published rows, the baseline of the issue's targets)
+GPU_PUBLISHED ?=
+PUBLISHED = $(if $(GPU_PUBLISHED),$(foreach v,$(1),xcit_small_12_p16@$(v)))
 # the issue's targets: inference at batch 1, training steps at batch 2;
 # straightforward and default; fp32, fp16 autocast (AMP as
 # mmengine's AmpOptimWrapper runs it) and the backbone's own bf16 autocast
@@ -148,17 +154,21 @@ gpu-report-tiles:
 
 gpu-report-backbone:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone --sizes 800x1344 \
-	    --models $(GPU_BACKBONE_ROWS) --batch 1 --modes infer
+	    --models $(call PUBLISHED,published published+amp) \
+	    $(GPU_BACKBONE_ROWS) --batch 1 --modes infer
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_train --sizes 800x1344 \
-	    --models $(GPU_BACKBONE_ROWS) --batch 2 --modes train
+	    --models $(call PUBLISHED,published published+amp) \
+	    $(GPU_BACKBONE_ROWS) --batch 2 --modes train
 
 gpu-report-graphs:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs --sizes 800x1344 \
-	    --models xcit_small_12_p16@reference xcit_small_12_p16@graphs \
+	    --models $(call PUBLISHED,published published+amp) \
+	    xcit_small_12_p16@reference xcit_small_12_p16@graphs \
 	    xcit_small_12_p16@reference+amp xcit_small_12_p16@amp+graphs \
 	    --batch 1 2 --modes infer
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_graphs_train \
-	    --sizes 800x1344 --models xcit_small_12_p16@reference+amp \
+	    --sizes 800x1344 --models $(call PUBLISHED,published+amp) \
+	    xcit_small_12_p16@reference+amp \
 	    xcit_small_12_p16@amp xcit_small_12_p16@amp+graphs \
 	    --batch 2 --modes train
 	$(PY) docs/benchmark/gpu/graphs_probe.py --out $(GPU_REPORT) --repeat 10

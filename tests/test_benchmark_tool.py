@@ -202,3 +202,106 @@ def test_training_multiply_adds_of_grouped_convolutions(groups):
     }) as step:
         conv(x).sum().backward()
     assert step.get_total_flops() == 3 * forward.get_total_flops()
+
+
+#: a stand-in for the published backbone's file (facebookresearch/xcit
+#: detection/backbone/xcit.py, not part of the package, no network here):
+#: its imports of mmcv 1.x's and mmdet 2.x's names, its class's constructor
+#: and key names (``pos_embeder``), over our straightforward computation
+PUBLISHED_STAND_IN = '''
+from mmcv.runner import load_checkpoint
+from mmdet.utils import get_root_logger
+from mmdet.models.builder import BACKBONES
+from timm.models.layers import trunc_normal_
+
+from xcit_dense import XCiT as Straightforward
+
+
+@BACKBONES.register_module()
+class XCiT(Straightforward):
+    def __init__(self, patch_size, embed_dim, depth, num_heads, mlp_ratio,
+                 qkv_bias, eta, drop_path_rate, out_indices):
+        super().__init__(None, patch_size, embed_dim, depth, num_heads, eta,
+                         mlp_ratio, qkv_bias, out_indices=out_indices,
+                         drop_path_rate=drop_path_rate, fast_path=False)
+        self._modules['pos_embeder'] = self._modules.pop('pos_embed')
+        self.logger = get_root_logger()
+
+    @property
+    def pos_embed(self):
+        return self._modules['pos_embeder']
+
+    def init_weights(self, pretrained=None):
+        trunc_normal_(self.blocks[0].attn.qkv.weight, std=0.02)
+'''
+
+
+def test_published_backbone_row(tmp_path):
+    """``@published``: the published backbone's file as it is written,
+    its old imports answered by stand-ins (no module of the process
+    replaced), built as the published configs build it; its inference row
+    reports its difference to our straightforward computation on its
+    weights (the stand-in computes that, so 0); counted as the published
+    design, not as our fast path; bad files and a missing file name say
+    what to give."""
+    import argparse
+    import sys
+
+    import mmdet.utils
+
+    from xcit_dense import UserError
+    from xcit_dense.benchmark import measure, published
+    code = tmp_path / 'xcit.py'
+    code.write_text(PUBLISHED_STAND_IN)
+    args = argparse.Namespace(
+        model='xcit_nano_12_p16@published', size=(32, 48), batch=1,
+        mode='infer', device='cpu', threads=1, repeat=1, warmup=1,
+        out_dir=str(tmp_path), published_code=str(code))
+    row = measure.measure_here(args)
+    assert row['max_rel_diff_vs_reference'] == 0
+    assert row['gmac_per_image'] > 0 and row['seconds'] > 0
+    assert 'executed_gmac_per_image' not in row
+    assert 'mmcv.runner' not in sys.modules
+    assert not hasattr(mmdet.utils, 'get_root_logger')
+    model = published.build_published(str(code), 'tiny_24_p8')
+    assert (model.patch_embed.patch_size, len(model.blocks),
+            model.out_indices) == (8, 24, (7, 11, 15, 23))
+    assert 'pos_embeder.token_projection.weight' in model.state_dict()
+    with pytest.raises(UserError, match='no such file'):
+        published.load_published_code(str(tmp_path / 'none.py'))
+    code.write_text('import torch\n')
+    with pytest.raises(UserError, match='defines no class XCiT'):
+        published.load_published_code(str(code))
+    proc = run_tool_here('tools/benchmark.py', '--models',
+                         'xcit_nano_12_p16@published', '--out-dir', tmp_path)
+    assert proc.returncode == 2 and '--published-code' in proc.stderr
+    proc = run_tool_here('tools/benchmark.py', '--models',
+                         'xcit_nano_12_p16@published+graphs')
+    assert proc.returncode == 2 and "takes 'amp' alone" in proc.stderr
+
+
+def test_each_row_against_the_published_backbone():
+    """The second ratio table: every XCiT row against ``@published`` of
+    its precision (``@published+amp`` for ``@amp`` rows); detectors are
+    not compared with the published backbone."""
+    from xcit_dense.benchmark.report import ratio_rows
+
+    def row(model, seconds):
+        return dict(model=model, h=64, w=96, batch=1, mode='infer',
+                    seconds=seconds, peak_mem_gib=1.0,
+                    activation_mem_gib=0.5)
+
+    results = [row('xcit_nano_12_p16@reference', 10.0),
+               row('xcit_nano_12_p16@published', 12.0),
+               row('xcit_nano_12_p16@published+amp', 16.0),
+               row('xcit_nano_12_p16@amp+graphs', 4.0),
+               row('xcit_nano_12_p16@graphs', 6.0),
+               row('mask_rcnn_xcit_s12', 3.0)]
+    speedups = {r['model']: r['speedup']
+                for r in ratio_rows(results, 'published')}
+    assert speedups == {'xcit_nano_12_p16@reference': 1.2,
+                        'xcit_nano_12_p16@amp+graphs': 4.0,
+                        'xcit_nano_12_p16@graphs': 2.0}
+    # the published row also against the straightforward computation
+    assert {r['model']: r['speedup'] for r in ratio_rows(results)}[
+        'xcit_nano_12_p16@published'] == 10.0 / 12.0

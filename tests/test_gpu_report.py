@@ -49,6 +49,23 @@ def test_each_step_runs_what_it_says(step):
     assert '@always' not in proc.stdout
 
 
+@pytest.mark.parametrize('step', ['backbone', 'graphs'])
+def test_published_backbone_in_the_same_run_where_its_file_is_given(step):
+    """The targets' yardstick: with ``GPU_PUBLISHED`` the backbone's rows
+    and the graphed ones are measured beside the published code's, in the
+    same runs; without it, no such row."""
+    def dry_run(*args):
+        return subprocess.run(['make', '-n', f'gpu-report-{step}',
+                               'PY=python', *args], cwd=REPO,
+                              capture_output=True, text=True).stdout
+    given = dry_run('GPU_PUBLISHED=pub/xcit.py')
+    runs = given.split("tools/benchmark.py")[1:]
+    assert len(runs) == 2
+    assert all('--published-code pub/xcit.py' in c and
+               'xcit_small_12_p16@published+amp' in c for c in runs)
+    assert '@published' not in dry_run()
+
+
 def _row(model, seconds, peak, **extra):
     return dict(dict(model=model, h=800, w=1344, batch=1, mode='infer',
                      seconds=seconds, peak_mem_gib=peak,
@@ -191,6 +208,20 @@ def test_table_from_the_steps_rows(tmp_path):
     assert '| xcit_small_12_p16@bf16 (LPI, cuda:0, bfloat16: ' \
         'straightforward, OutOfResources: shared) | 800x1344 | 1 | infer |' \
         in out
+    # a run beside the published backbone: its column
+    run['results'] = [_row('xcit_small_12_p16@published', 0.0166, 0.29),
+                      _row('xcit_small_12_p16@reference', 0.0124, 0.31),
+                      _row('xcit_small_12_p16@graphs', 0.0083, 0.31,
+                           graphs_captures=1)]
+    (tmp_path / 'backbone_graphs').mkdir()
+    (tmp_path / 'backbone_graphs' / 'results.json').write_text(
+        json.dumps(run))
+    out = run_tool_here('docs/benchmark/gpu/table.py', tmp_path).stdout
+    graphed = out.split('**backbone_graphs**')[1]
+    assert '| vs straightforward | vs published | peak mem (GiB) |' in graphed
+    assert '| vs published |' not in out.split('**backbone_graphs**')[0]
+    assert ('| xcit_small_12_p16@graphs | 800x1344 | 1 | infer | 8.3 | '
+            '1.49x | 2.00x | 0.31 | 1.00 |  |') in graphed
     empty = run_tool_here('docs/benchmark/gpu/table.py', tmp_path / 'none')
     assert empty.returncode != 0 and 'no results.json' in empty.stderr
 

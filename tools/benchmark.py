@@ -42,6 +42,13 @@ Models:
                  float16), fp32 maps out; the output difference to fp32 is
                  reported;
       cp         ``with_cp=True`` (gradient checkpointing);
+      published  the published detection backbone itself (facebookresearch/
+                 xcit ``detection/backbone/xcit.py``, the file
+                 ``--published-code`` names, run as it is written; with
+                 ``amp`` alone), its own weight initialisation; inference
+                 rows report its outputs' difference to our straightforward
+                 computation on its weights; the baseline of a second ratio
+                 table;
       amp        mixed precision as mmengine's ``AmpOptimWrapper`` runs it:
                  the whole step under ``torch.autocast`` (float16 on CUDA,
                  bfloat16 on the CPU);
@@ -85,7 +92,8 @@ Models:
       onnxruntime, openvino (+int8).
 
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
-variant to its ``@reference`` measured in the same run) and ``results.png``
+variant to its ``@reference`` measured in the same run, and to its
+``@published`` where one was) and ``results.png``
 (inference time and memory against pixel count, log-log).
 """
 import argparse
@@ -144,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--matmul-size', type=int, default=4096,
                         help='N of the N x N reference matmul')
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
+    parser.add_argument('--published-code', metavar='XCIT_PY',
+                        help="the published backbone's file for the "
+                        "'@published' rows: detection/backbone/xcit.py of "
+                        "github.com/facebookresearch/xcit")
     return parser
 
 
@@ -154,6 +166,15 @@ def check_args(parser, args) -> None:
             parse_model(name)
         except ValueError as err:
             parser.error(str(err))
+    published = [n for n in args.models if 'published' in parse_model(n)[1]]
+    if published and not (args.published_code and
+                          osp.isfile(args.published_code)):
+        parser.error(
+            f'{published[0]} runs the published backbone as it is written: '
+            f'give --published-code with the path of detection/backbone/'
+            f'xcit.py of https://github.com/facebookresearch/xcit (not part '
+            f'of this package)' + (f'; {args.published_code} is not a file'
+                                   if args.published_code else ''))
     if args.warmup < 1:
         parser.error('--warmup must be at least 1 (the first call is '
                      'reported separately, never timed)')

@@ -117,7 +117,12 @@ def subject(args, base: str, variants: set) -> Subject:
         return Subject(model, lambda: model(x), x, False)
     if base in DETECTORS:
         return _detector_subject(args, base, variants)
-    model = build_backbone(base, variants).to(args.device)
+    if 'published' in variants:
+        from .published import build_published
+        model = build_published(args.published_code, base[len('xcit_'):])
+    else:
+        model = build_backbone(base, variants)
+    model = model.to(args.device)
     model.train(args.mode == 'train')
     x = torch.randn(args.batch, 3, h, w, device=args.device)
     return Subject(model, lambda: model(x), x, False)
@@ -312,22 +317,32 @@ def _conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride,
 
 def _backbone_counts(item: Subject, base: str, variants: set, args,
                      out, seconds: float) -> dict:
-    """Multiply-adds, the achieved rate and, for the fast path, the output
-    difference to the straightforward computation."""
+    """Multiply-adds, the achieved rate and, for the fast path and the
+    published code, the output difference to the straightforward
+    computation on the same weights."""
     counts = _count_gmac(item.model, base, variants, item.x[:1],
                          args.device)
     gmac = counts.get('executed_gmac_per_image', counts['gmac_per_image'])
     counts['achieved_gflops_per_s'] = 2 * gmac * args.batch / seconds
-    if base.startswith('xcit_') and 'reference' not in variants:
-        # the same weights in a model built with fast_path=False
+    if 'published' in variants:
+        from .published import straightforward_twin
+        reference = straightforward_twin(item.model, base[len('xcit_'):])
+    elif base.startswith('xcit_') and 'reference' not in variants:
         reference = build_backbone(base, {'reference'})
         reference.load_state_dict(item.model.state_dict())
-        with torch.no_grad():
-            refs = reference.to(args.device).eval()(item.x)
-        counts['max_rel_diff_vs_reference'] = max(
-            ((o.float() - r).abs().max() / r.abs().max()).item()
-            for o, r in zip(outputs(out), refs))
+    else:
+        return counts
+    with torch.no_grad():
+        refs = reference.to(args.device).eval()(item.x)
+    counts['max_rel_diff_vs_reference'] = _max_rel_diff(outputs(out), refs)
     return counts
+
+
+def _max_rel_diff(outs, refs) -> float:
+    """The largest difference of ``outs`` to the (floating-point) ``refs``,
+    each relative to its reference's largest value."""
+    return max(((o.float() - r).abs().max() / r.abs().max()).item()
+               for o, r in zip(outs, refs) if r.is_floating_point())
 
 
 def _diff_to_exported(base: str, out, x) -> dict:
@@ -341,9 +356,7 @@ def _diff_to_exported(base: str, out, x) -> dict:
     outs = [torch.as_tensor(o) for o in outputs(out)]
     if base in DETECTORS:  # as many detections as the exported PyTorch graph
         return dict(detections=len(outs[1]), detections_pytorch=len(refs[1]))
-    diffs = [((o.float() - r).abs().max() / r.abs().max()).item()
-             for o, r in zip(outs, refs) if r.is_floating_point()]
-    return dict(max_rel_diff_vs_reference=max(diffs))
+    return dict(max_rel_diff_vs_reference=_max_rel_diff(outs, refs))
 
 
 def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
@@ -353,7 +366,8 @@ def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
     knows -- not the oneDNN custom operators, checkpointing or compiled
     code) and, for the XCiT fast path, ``executed_gmac_per_image``."""
     from mmengine.analysis import FlopAnalyzer
-    fast = base.startswith('xcit_') and 'reference' not in variants
+    fast = base.startswith('xcit_') and not variants & {'reference',
+                                                          'published'}
     counted = build_backbone(base, {'reference'}).to(device).eval() \
         if fast else model
     with torch.no_grad():
@@ -401,6 +415,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument('--repeat', type=int, default=3)
     parser.add_argument('--warmup', type=int, default=1)
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
+    parser.add_argument('--published-code', default=None)
     print(json.dumps(measure_here(parser.parse_args(argv))))
 
 

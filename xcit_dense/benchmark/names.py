@@ -13,7 +13,7 @@ SEGMENTORS = {
     'upernet_xcit_s12': 'configs/ade20k/upernet_xcit_s12.py',
 }
 XCIT_VARIANTS = ('reference', 'always', 'compile', 'graphs', 'bf16', 'cp',
-                 'amp') + RUNTIMES
+                 'amp', 'published') + RUNTIMES
 SEGMENTOR_VARIANTS = ('reference', 'always', 'eager', 'compile', 'amp') + \
     RUNTIMES + ('int8', )
 DETECTOR_VARIANTS = ('reference', 'always', 'eager', 'amp', 'bf16') + \
@@ -56,6 +56,10 @@ def parse_model(name: str):
                              "graphs the compiled forward)")
         if {'reference', 'always'} <= variants:
             raise ValueError("'reference' and 'always' exclude each other")
+        if 'published' in variants and variants - {'published', 'amp'}:
+            raise ValueError(
+                f"{name!r}: 'published' is the published code as it is "
+                f"written; it takes 'amp' alone")
         _check_runtime(name, variants)
         return base, variants
     if base in DETECTORS:

@@ -28,8 +28,10 @@ def ratio_rows(results, against: str = 'reference'):
     variant against its ``@reference`` (``against='reference'``; the
     reference with the same precision variant, ``@reference+amp`` for
     ``@amp`` and ``@reference+bf16`` for ``@bf16``, where it was measured,
-    else the fp32 one), or each runtime row against the eager PyTorch row
-    of its model (``'eager'``)."""
+    else the fp32 one), each row of an XCiT against the published backbone
+    (``'published'``: ``@published``, ``@published+amp`` likewise), or
+    each runtime row against the eager PyTorch row of its model
+    (``'eager'``)."""
     def parts(r):
         base, _, suffix = r['model'].partition('@')
         return base, set(filter(None, suffix.split('+')))
@@ -39,11 +41,14 @@ def ratio_rows(results, against: str = 'reference'):
                 r['mode'])
 
     def is_baseline(r):
-        return 'reference' in parts(r)[1] if against == 'reference' \
+        return against in parts(r)[1] if against != 'eager' \
             else not parts(r)[1]
 
     def compared(r):
-        return against == 'reference' or parts(r)[1] & set(RUNTIMES)
+        if against == 'eager':
+            return parts(r)[1] & set(RUNTIMES)
+        # the published backbone is XCiT's: not the detectors' baseline
+        return against == 'reference' or parts(r)[0].startswith('xcit_')
 
     def precision(r):
         return frozenset(parts(r)[1] & PRECISIONS)
@@ -87,8 +92,8 @@ def write_table(results, matmul, args, path):
     """``results.md``: every row, then the ratios to the baselines measured
     in the same run and the scaling from 800x1344 to 1600x2688."""
     lines = _main_table(results, matmul, args)
-    lines += _reference_ratios(results) + _runtime_ratios(results) + \
-        _scaling(results)
+    lines += _reference_ratios(results) + _published_ratios(results) + \
+        _runtime_ratios(results) + _scaling(results)
     with open(path, 'w') as f:
         f.write('\n'.join(lines) + '\n')
 
@@ -146,6 +151,24 @@ def _reference_ratios(results):
             f'| {r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
             f'{r["activation_mem_ratio"]:.2f} | '
             f'{_fmt(r["diff"], ".1e")} |')
+    return lines
+
+
+def _published_ratios(results):
+    rows = ratio_rows(results, against='published')
+    if not rows:
+        return []
+    lines = [
+        '', 'Against the published backbone (`@published`: facebookresearch/'
+        'xcit\'s code, with the same precision variant where one was '
+        'measured), same run:', '',
+        *_head('model', 'input', 'batch', 'mode', 'speed-up',
+               'peak mem ratio', 'act. mem ratio')]
+    for r in rows:
+        lines.append(
+            f'| {r["model"]} | {r["size"]} | {r["batch"]} | {r["mode"]} '
+            f'| {r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
+            f'{r["activation_mem_ratio"]:.2f} |')
     return lines
 
 

@@ -52,6 +52,8 @@ def _run_worker(model, size, batch, mode, args) -> dict:
            '--batch', str(batch), '--mode', mode, '--device', args.device,
            '--threads', str(args.threads), '--repeat', str(args.repeat),
            '--warmup', str(args.warmup), '--out-dir', args.out_dir]
+    if getattr(args, 'published_code', None):
+        cmd += ['--published-code', args.published_code]
     path = os.pathsep.join(filter(None, [PACKAGE_ROOT,
                                         os.environ.get('PYTHONPATH')]))
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),

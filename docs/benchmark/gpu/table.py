@@ -6,8 +6,10 @@ report (``backbone/``, ``backbone_train/``, ``backbone_graphs/``,
 ``heads_ade20k/``) and prints a
 markdown table per step: every measured row with its time, its speed-up
 and peak memory against the straightforward computation of the same
-precision in the same run (``@reference`` / ``@reference+amp``), and the
-achieved TFLOP/s beside the GPU's measured matmul rate; above it, the GPU,
+precision in the same run (``@reference`` / ``@reference+amp``), against
+the published backbone where the run measured it (``@published`` /
+``@published+amp``), and the achieved TFLOP/s beside the GPU's measured
+matmul rate; above it, the GPU,
 PyTorch, CUDA and the command. Rows that failed show their error. After
 them, from ``tile_sweep.jsonl`` (``STEP=tiles``), the Triton kernels'
 default tiles against the fastest candidate, per part and dtype. Run::
@@ -110,6 +112,8 @@ def table(report: str) -> str:
     for step, run in runs.items():
         machine = run.get('machine', {})
         matmul = run['matmul']
+        published = {(r['model'], r['size'], r['batch'], r['mode']): r
+                     for r in ratio_rows(run['results'], 'published')}
         lines += [
             f'**{step}**: {machine.get("gpu", run["device"])}, PyTorch '
             f'{machine.get("torch", "?")}, CUDA {machine.get("cuda", "?")}; '
@@ -117,17 +121,21 @@ def table(report: str) -> str:
             f'bf16 {matmul["bf16_gflops_per_s"] / 1e3:.1f} TFLOP/s; '
             f'`python tools/benchmark.py {" ".join(run["argv"])}`', '',
             '| model | input | batch | mode | time (ms) | vs straightforward '
+            + ('| vs published ' if published else '') +
             '| peak mem (GiB) | mem vs straightforward | achieved TFLOP/s |',
-            '|' + ' --- |' * 9]
+            '|' + ' --- |' * (10 if published else 9)]
         ratios = {(r['model'], r['size'], r['batch'], r['mode']): r
                   for r in ratio_rows(run['results'])}
         for r in run['results']:
             size = f'{r["h"]}x{r["w"]}'
             head = f'| {r["model"]} | {size} | {r["batch"]} | {r["mode"]} |'
             if 'error' in r:
-                lines.append(f'{head} failed: {r["error"][:80]} | | | | |')
+                lines.append(f'{head} failed: {r["error"][:80]} | | | | |'
+                             + (' |' if published else ''))
                 continue
             ratio = ratios.get((r['model'], size, r['batch'], r['mode']))
+            versus = published.get((r['model'], size, r['batch'],
+                                    r['mode']))
             otherwise = _ran_otherwise(r)
             if otherwise:
                 head = f'| {r["model"]} ({otherwise}) | {size} | ' \
@@ -135,6 +143,8 @@ def table(report: str) -> str:
             lines.append(
                 f'{head} {1e3 * r["seconds"]:.1f} | '
                 + (f'{ratio["speedup"]:.2f}x' if ratio else '') + ' | '
+                + ((f'{versus["speedup"]:.2f}x' if versus else '') + ' | '
+                   if published else '') +
                 f'{r["peak_mem_gib"]:.2f} | '
                 + (f'{ratio["peak_mem_ratio"]:.2f}' if ratio else '') + ' | '
                 f'{_tflops(r)} |')

@@ -269,12 +269,22 @@ def test_published_backbone_row(tmp_path):
     assert 'pos_embeder.token_projection.weight' in model.state_dict()
     with pytest.raises(UserError, match='no such file'):
         published.load_published_code(str(tmp_path / 'none.py'))
-    code.write_text('import torch\n')
-    with pytest.raises(UserError, match='defines no class XCiT'):
+    code.write_text("raise ImportError('No module named timm.models.xcit')")
+    with pytest.raises(UserError, match=r'loading it failed \(ImportError: '
+                       r'No module named timm.models.xcit\)'):
+        published.load_published_code(str(code))
+    code.write_text('import torch\nclass XCiT:\n    def __init__(self, '
+                    'patch_size=16):\n        pass\n')  # the classifier's
+    with pytest.raises(UserError, match='no XCiT class with pyramid taps'):
         published.load_published_code(str(code))
     proc = run_tool_here('tools/benchmark.py', '--models',
                          'xcit_nano_12_p16@published', '--out-dir', tmp_path)
     assert proc.returncode == 2 and '--published-code' in proc.stderr
+    proc = run_tool_here('tools/benchmark.py', '--models',
+                         'xcit_nano_12_p16@published', '--published-code',
+                         code, '--out-dir', tmp_path)
+    assert proc.returncode == 2 and 'top-level xcit.py is the classifier' \
+        in proc.stderr
     proc = run_tool_here('tools/benchmark.py', '--models',
                          'xcit_nano_12_p16@published+graphs')
     assert proc.returncode == 2 and "takes 'amp' alone" in proc.stderr

@@ -113,6 +113,8 @@ from xcit_dense.benchmark import (  # noqa: E402
 )
 from xcit_dense.benchmark.matmul import matmul_rates  # noqa: E402
 from xcit_dense.benchmark.names import DETECTORS, PEERS  # noqa: E402
+from xcit_dense.benchmark.published import load_published_code  # noqa: E402
+from xcit_dense.errors import UserError  # noqa: E402
 
 
 def parse_size(text):
@@ -167,14 +169,17 @@ def check_args(parser, args) -> None:
         except ValueError as err:
             parser.error(str(err))
     published = [n for n in args.models if 'published' in parse_model(n)[1]]
-    if published and not (args.published_code and
-                          osp.isfile(args.published_code)):
+    if published and not args.published_code:
         parser.error(
             f'{published[0]} runs the published backbone as it is written: '
             f'give --published-code with the path of detection/backbone/'
             f'xcit.py of https://github.com/facebookresearch/xcit (not part '
-            f'of this package)' + (f'; {args.published_code} is not a file'
-                                   if args.published_code else ''))
+            f'of this package)')
+    if published:
+        try:
+            load_published_code(args.published_code)
+        except UserError as error:
+            parser.error(str(error))
     if args.warmup < 1:
         parser.error('--warmup must be at least 1 (the first call is '
                      'reported separately, never timed)')

@@ -12,13 +12,14 @@ are compared with the straightforward computation's on its own weights
 the published code is beside ours.
 """
 import builtins
+import inspect
 import os.path as osp
 import types
 import warnings
 
 import torch.nn as nn
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 
 #: the published code's class and the arguments its configs give it
 CLASS = 'XCiT'
@@ -75,11 +76,21 @@ def load_published_code(path: str) -> types.ModuleType:
     with warnings.catch_warnings():
         # timm's old module paths (timm.models.layers, .registry)
         warnings.simplefilter('ignore', FutureWarning)
-        exec(compile(source, path, 'exec'), module.__dict__)
-    if not isinstance(getattr(module, CLASS, None), type):
+        try:
+            exec(compile(source, path, 'exec'), module.__dict__)
+        except Exception as error:  # the file's own, whatever it is
+            raise UserError(
+                f'--published-code {path}: loading it failed '
+                f'({first_line(error)}); give detection/backbone/xcit.py of '
+                f'facebookresearch/xcit.') from error
+    cls = getattr(module, CLASS, None)
+    if not isinstance(cls, type) or \
+            'out_indices' not in inspect.signature(cls).parameters:
         raise UserError(
-            f'--published-code {path}: it defines no class {CLASS}; give '
-            f'detection/backbone/xcit.py of facebookresearch/xcit.')
+            f'--published-code {path}: it defines no {CLASS} class with '
+            f'pyramid taps (out_indices), as the published dense backbone '
+            f'does (the repository\'s top-level xcit.py is the classifier); '
+            f'give detection/backbone/xcit.py of facebookresearch/xcit.')
     return module
 
 

@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from ..errors import UserError, first_line
 
-#: the published code's class and the arguments its configs give it
+#: the published code's backbone class
 CLASS = 'XCiT'
 
 

@@ -307,17 +307,15 @@ def test_gpu_policy_probe_runs(tmp_path, monkeypatch, inference_replays,
     monkeypatch.setattr(sys, 'argv', [
         'policy_probe.py', '--out', str(out), '--device', 'cpu', '--arch',
         'nano_12_p16', '--size', '32x48', '--warmup', '0', '--repeat', '2',
-        '--rounds', '1', '--parts', 'xca', 'pyramid', '--scenarios', '1', '2',
+        '--rounds', '1', '--parts', 'xca', '--scenarios', '1', '2',
         '--graphs'])
     runpy.run_path(probe, run_name='__main__')
     rows = json.loads(out.read_text())
     eager = [(r['mode'], r['config']) for r in rows if not r['graphed']]
-    configs = ['reference', 'all', 'all-xca', 'all-pyramid', 'ref+xca',
-               'ref+pyramid']
+    configs = ['reference', 'all', 'all-xca', 'ref+xca']
     assert eager == [(m, c) for m in ('infer', 'train') for c in configs]
     graphed = [r for r in rows if r['graphed']]
-    configs = ['reference', 'default', 'all', 'all-xca', 'all-pyramid',
-               'all+xca-moments']
+    configs = ['reference', 'default', 'all', 'all-xca', 'all+xca-moments']
     assert [(r['mode'], r['config']) for r in graphed] == \
         [(m, c) for m in ('infer', 'train') for c in configs]
     assert all(r['ms'] > 0 and len(r['ms_rounds']) == 1

@@ -19,6 +19,7 @@ Prints one JSON line per measurement and writes them all to ``--out``.
 """
 import argparse
 import contextlib
+import gc
 import json
 import os
 import os.path as osp
@@ -227,6 +228,7 @@ def graphed_rows(args, scenarios, emit):
                       failure=graphs.failure, peak_gib=_peak_gib(args.device),
                       reserved_gib=_reserved_gib(args.device)))
             del model, graphs, step
+            gc.collect()  # the graphs and their memory pools with them
             if args.device == 'cuda':
                 torch.cuda.empty_cache()
 

@@ -20,26 +20,24 @@ def _run(tmp_path, *args):
 def test_backbone_variants_and_ratios(tmp_path):
     results, table = _run(
         tmp_path, '--models', 'xcit_nano_12_p16@reference',
-        'xcit_nano_12_p16', 'xcit_nano_12_p16@bf16',
-        'xcit_nano_12_p16@onnxruntime', 'xcit_nano_12_p16@openvino',
+        'xcit_nano_12_p16', 'xcit_nano_12_p16@onnxruntime',
+        'xcit_nano_12_p16@openvino',
         '--sizes', '64x96', '--batch', '1', '--modes', 'infer')
     assert results['matmul']['fp32_gflops_per_s'] > 0
     assert results['matmul']['bf16_gflops_per_s'] > 0
     rows = {r['model']: r for r in results['results']}
-    assert len(rows) == 5 and not any('error' in r for r in rows.values())
+    assert len(rows) == 4 and not any('error' in r for r in rows.values())
     ref = rows['xcit_nano_12_p16@reference']
     assert ref['seconds'] > 0 and ref['peak_mem_gib'] > 0
     assert ref['gmac_per_image'] > 0 and ref['first_call_s'] > 0
     assert 'max_rel_diff_vs_reference' not in ref
     assert 'executed_gmac_per_image' not in ref
     assert rows['xcit_nano_12_p16']['executed_gmac_per_image'] > 0
-    # fp32 is exact, bf16 close; both measured against the reference
+    # fp32 is exact, measured against the reference
     assert rows['xcit_nano_12_p16']['max_rel_diff_vs_reference'] < 1e-4
-    assert 1e-4 < rows['xcit_nano_12_p16@bf16'][
-        'max_rel_diff_vs_reference'] < 0.05
     assert '| xcit_nano_12_p16 | 64x96 | 1 | infer |' in table
     ratios = table.split('Against the straightforward computation')[1]
-    assert '| xcit_nano_12_p16@bf16 | 64x96 | 1 | infer |' in ratios
+    assert '| xcit_nano_12_p16 | 64x96 | 1 | infer |' in ratios
     assert (tmp_path / 'results.png').stat().st_size > 0
     # the runtimes: one verified export for both, fp32 parity, a ratio row
     onnx, openvino = (rows[f'xcit_nano_12_p16@{r}']
@@ -52,6 +50,22 @@ def test_backbone_variants_and_ratios(tmp_path):
         assert row['max_rel_diff_vs_reference'] < 1e-4
     runtimes = table.split('Runtimes against our eager PyTorch path')[1]
     assert '| xcit_nano_12_p16@openvino | 64x96 | 1 |' in runtimes
+
+
+def test_bf16_row_measured_against_the_fp32_reference(tmp_path):
+    """``@bf16`` (the backbone under its bf16 autocast): its outputs'
+    difference to the fp32 straightforward computation on the same weights
+    is bf16's rounding, not zero and not more (one measurement, in this
+    process)."""
+    import argparse
+
+    from xcit_dense.benchmark import measure
+    row = measure.measure_here(argparse.Namespace(
+        model='xcit_nano_12_p16@bf16', size=(64, 96), batch=1, mode='infer',
+        device='cpu', threads=1, repeat=1, warmup=1, out_dir=str(tmp_path),
+        published_code=None))
+    assert 1e-4 < row['max_rel_diff_vs_reference'] < 0.05
+    assert row['executed_gmac_per_image'] > 0
 
 
 def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):

@@ -6,7 +6,8 @@ loaded from the file ``tools/benchmark.py --published-code`` names and run
 as it is written: nothing of it is part of this package. It imports three
 names that mmcv 2.x and mmdet 3.x / mmseg 1.x no longer have; the loader
 gives it stand-ins for those alone (:func:`load_published_code`), and its
-``init_weights`` initialises it as mmdet 2.x did on building it. Its outputs
+own ``init_weights`` initialises it (as mmdet 2.x's training set-up
+called it, without a checkpoint). Its outputs
 are compared with the straightforward computation's on its own weights
 (:func:`straightforward_twin`), so a row says both how fast and how exact
 the published code is beside ours.

@@ -136,39 +136,37 @@ def _main_table(results, matmul, args):
 
 
 def _reference_ratios(results):
-    rows = ratio_rows(results)
-    if not rows:
-        return []
-    lines = [
-        '', 'Against the straightforward computation (`@reference`, with '
-        'the same precision variant where one was measured), same run:', '',
-        *_head('model', 'input', 'batch', 'mode', 'speed-up',
-               'peak mem ratio', 'act. mem ratio',
-               'max output diff (rel. to max)')]
-    for r in rows:
-        lines.append(
-            f'| {r["model"]} | {r["size"]} | {r["batch"]} | {r["mode"]} '
-            f'| {r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
-            f'{r["activation_mem_ratio"]:.2f} | '
-            f'{_fmt(r["diff"], ".1e")} |')
-    return lines
+    return _ratio_table(
+        ratio_rows(results), 'Against the straightforward computation '
+        '(`@reference`, with the same precision variant where one was '
+        'measured), same run:', with_diff=True)
 
 
 def _published_ratios(results):
-    rows = ratio_rows(results, against='published')
+    return _ratio_table(
+        ratio_rows(results, against='published'), 'Against the published '
+        'backbone (`@published`: facebookresearch/xcit\'s code, with the '
+        'same precision variant where one was measured), same run:',
+        with_diff=False)
+
+
+def _ratio_table(rows, title: str, with_diff: bool):
+    """Lines of a table of :func:`ratio_rows` (none if there are none),
+    with the output difference column where ``with_diff``."""
     if not rows:
         return []
-    lines = [
-        '', 'Against the published backbone (`@published`: facebookresearch/'
-        'xcit\'s code, with the same precision variant where one was '
-        'measured), same run:', '',
-        *_head('model', 'input', 'batch', 'mode', 'speed-up',
-               'peak mem ratio', 'act. mem ratio')]
+    lines = ['', title, '',
+             *_head('model', 'input', 'batch', 'mode', 'speed-up',
+                    'peak mem ratio', 'act. mem ratio',
+                    *(['max output diff (rel. to max)'] if with_diff
+                      else []))]
     for r in rows:
-        lines.append(
-            f'| {r["model"]} | {r["size"]} | {r["batch"]} | {r["mode"]} '
-            f'| {r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
-            f'{r["activation_mem_ratio"]:.2f} |')
+        cells = [r['model'], r['size'], r['batch'], r['mode'],
+                 f'{r["speedup"]:.2f}x', f'{r["peak_mem_ratio"]:.2f}',
+                 f'{r["activation_mem_ratio"]:.2f}']
+        if with_diff:
+            cells.append(_fmt(r['diff'], '.1e'))
+        lines.append('| ' + ' | '.join(map(str, cells)) + ' |')
     return lines
 
 

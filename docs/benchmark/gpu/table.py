@@ -101,6 +101,12 @@ def tile_table(report: str) -> list:
     return lines + ['']
 
 
+def _by_row(ratios) -> dict:
+    """:func:`ratio_rows`'s rows by (model, size, batch, mode)."""
+    return {(r['model'], r['size'], r['batch'], r['mode']): r
+            for r in ratios}
+
+
 def table(report: str) -> str:
     runs = load(report)
     tiles = tile_table(report)
@@ -112,8 +118,7 @@ def table(report: str) -> str:
     for step, run in runs.items():
         machine = run.get('machine', {})
         matmul = run['matmul']
-        published = {(r['model'], r['size'], r['batch'], r['mode']): r
-                     for r in ratio_rows(run['results'], 'published')}
+        published = _by_row(ratio_rows(run['results'], 'published'))
         lines += [
             f'**{step}**: {machine.get("gpu", run["device"])}, PyTorch '
             f'{machine.get("torch", "?")}, CUDA {machine.get("cuda", "?")}; '
@@ -124,8 +129,7 @@ def table(report: str) -> str:
             + ('| vs published ' if published else '') +
             '| peak mem (GiB) | mem vs straightforward | achieved TFLOP/s |',
             '|' + ' --- |' * (10 if published else 9)]
-        ratios = {(r['model'], r['size'], r['batch'], r['mode']): r
-                  for r in ratio_rows(run['results'])}
+        ratios = _by_row(ratio_rows(run['results']))
         for r in run['results']:
             size = f'{r["h"]}x{r["w"]}'
             head = f'| {r["model"]} | {size} | {r["batch"]} | {r["mode"]} |'

@@ -169,13 +169,14 @@ def check_args(parser, args) -> None:
         except ValueError as err:
             parser.error(str(err))
     published = [n for n in args.models if 'published' in parse_model(n)[1]]
-    if published and not args.published_code:
-        parser.error(
-            f'{published[0]} runs the published backbone as it is written: '
-            f'give --published-code with the path of detection/backbone/'
-            f'xcit.py of https://github.com/facebookresearch/xcit (not part '
-            f'of this package)')
     if published:
+        if not args.published_code:
+            parser.error(
+                f'{published[0]} runs the published backbone as it is '
+                f'written: give --published-code with the path of '
+                f'detection/backbone/xcit.py of '
+                f'https://github.com/facebookresearch/xcit (not part of this '
+                f'package)')
         try:
             load_published_code(args.published_code)
         except UserError as error:

@@ -35,6 +35,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
 from xcit_dense import XCiT  # noqa: E402
+from xcit_dense.benchmark.matmul import synchronize  # noqa: E402
 from xcit_dense.models import xca  # noqa: E402
 from xcit_dense.models.block import XCABlock  # noqa: E402
 from xcit_dense.models.lpi import LPI  # noqa: E402
@@ -61,16 +62,11 @@ def set_parts(model, on):
                 m.use_fast_path = 'always' if name in on else False
 
 
-def _sync(device):
-    if device == 'cuda':
-        torch.cuda.synchronize()
-
-
 def timed(step, warmup, repeat, device):
     """Median milliseconds of ``step`` (CUDA events on a GPU)."""
     for _ in range(warmup):
         step()
-    _sync(device)
+    synchronize(device)
     times = []
     for _ in range(repeat):
         if device == 'cuda':
@@ -253,7 +249,7 @@ def compiled_rows(args, scenarios, emit, t0):
             step = scenario_step(m, mode, amp, x)
             c0 = time.time()
             step()
-            _sync(args.device)
+            synchronize(args.device)
             first = time.time() - c0
             _reset_peak(args.device)
             ms = timed(step, args.warmup, args.repeat, args.device)

@@ -1,5 +1,6 @@
 """The backbone from mmdet- and mmseg-scoped configs, its optimizer
 constructor, and mmengine checkpoints under torch.load(weights_only=True)."""
+import io
 import pickle
 
 import pytest
@@ -63,6 +64,112 @@ def test_no_decay_constructor():
     for name in ['backbone.blocks.0.attn.qkv.weight', 'backbone.fpn1.0.weight',
                  'head.weight', 'backbone.blocks.0.mlp.fc2.weight']:
         assert decay[name] == 0.05, name
+
+
+def _tiny_detector():
+    torch.manual_seed(0)
+    model = nn.Module()
+    model.backbone = XCiT(arch='nano_12_p16', depth=4,
+                          out_indices=(0, 1, 2, 3))
+    model.head = nn.Linear(4, 4)
+    return model
+
+
+def _optimizer(model, merge=None, foreach=None):
+    paramwise = {} if merge is None else dict(merge_groups=merge)
+    return build_optim_wrapper(model, dict(
+        constructor='xcit_dense.NoDecayOptimWrapperConstructor',
+        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05,
+                       foreach=foreach),
+        paramwise_cfg=dict(paramwise, custom_keys={
+            'head.bias': dict(lr_mult=0.5)}))).optimizer
+
+
+def _step(model, optimizer, seed):
+    generator = torch.Generator().manual_seed(seed)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=generator)
+    optimizer.step()
+
+
+@pytest.mark.parametrize('foreach', [False, True])
+def test_parameter_groups_of_the_same_options_merged(foreach):
+    """One group per distinct options (not mmengine's one per parameter),
+    every parameter in exactly one, and the same updates, bit for bit, on
+    the per-tensor and the multi-tensor (CUDA's) paths."""
+    from conftest import logged
+    merged_model, apart_model = _tiny_detector(), _tiny_detector()
+    with logged() as records:
+        merged = _optimizer(merged_model, foreach=foreach)
+    apart = _optimizer(apart_model, merge=False, foreach=foreach)
+    names = {id(p): n for n, p in merged_model.named_parameters()}
+    options = [(g['lr'], g['weight_decay']) for g in merged.param_groups]
+    # with weight decay, without (norms, gammas, ...), the head's bias
+    assert options == [(1e-3, 0.05), (1e-3, 0.0), (5e-4, 0.05)]
+    grouped = [names[id(p)] for g in merged.param_groups for p in g['params']]
+    assert sorted(grouped) == sorted(names.values())
+    assert 'head.bias' in {names[id(p)] for p in merged.param_groups[2][
+        'params']}
+    assert len(apart.param_groups) == len(names)
+    assert any(f'{len(names)} parameter groups, merged into 3 of distinct '
+               'options' in r for r in records)
+    for seed in range(3):
+        _step(merged_model, merged, seed)
+        _step(apart_model, apart, seed)
+    for (name, a), b in zip(merged_model.named_parameters(),
+                            apart_model.parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_state_saved_with_a_group_per_parameter_loads_merged():
+    """An optimizer state saved with one group per parameter (mmengine's
+    constructor; ours before merging) resumes into the merged groups: each
+    parameter's moments where they were, the next step the same."""
+    apart_model = _tiny_detector()
+    apart = _optimizer(apart_model, merge=False)
+    _step(apart_model, apart, 0)
+    saved = io.BytesIO()  # as a checkpoint file holds it
+    torch.save(apart.state_dict(), saved)
+    saved.seek(0)
+    saved = torch.load(saved, weights_only=True)
+    merged_model = _tiny_detector()
+    merged_model.load_state_dict(apart_model.state_dict())
+    merged = _optimizer(merged_model)
+    merged.load_state_dict(saved)
+    assert len(merged.param_groups) == 3
+    for a, b in zip(merged_model.parameters(), apart_model.parameters()):
+        assert torch.equal(merged.state[a]['exp_avg'],
+                           apart.state[b]['exp_avg'])
+    _step(merged_model, merged, 1)
+    _step(apart_model, apart, 1)
+    for a, b in zip(merged_model.parameters(), apart_model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_optimizer_step_tool_compares_both_groupings():
+    """``docs/benchmark/optimizer_step.py`` (docs/training.md quotes it) on
+    the demo recipe: both groupings timed, their operators counted, the
+    models the same after their steps."""
+    import re
+
+    from conftest import REPO, run_tool_here
+    proc = run_tool_here(
+        'docs/benchmark/optimizer_step.py',
+        REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py',
+        '--steps', '1', '--rounds', '1', '--foreach')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {merge: (int(groups), int(ops)) for merge, groups, ops in
+            re.findall(r'merge_groups=(\w+): (\d+) groups, .* (\d+) '
+                       r'operators per step', proc.stdout)}
+    (apart_groups, apart_ops), (groups, ops) = rows['False'], rows['True']
+    assert groups < apart_groups and ops < apart_ops
+    assert 'largest difference between the two models after 3 steps: 0\n' \
+        in proc.stdout
+
+
+def test_merge_groups_must_be_a_bool():
+    with pytest.raises(ValueError, match='merge_groups must be True'):
+        _optimizer(_tiny_detector(), merge='yes')
 
 
 def test_mmengine_checkpoint_loads_with_weights_only(tmp_path):

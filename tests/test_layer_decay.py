@@ -48,8 +48,12 @@ def test_lr_and_weight_decay_follow_the_formula(config, depth):
     names = {id(p): n for n, p in model.named_parameters()}
     top = depth + 1
     seen = set()
-    for group in wrapper.optimizer.param_groups:
-        name = names[id(group['params'][0])]
+    groups = wrapper.optimizer.param_groups
+    # one group per (layer, weight decay): the parameters' groups merged
+    assert len({(g['lr'], g['weight_decay']) for g in groups}) == \
+        len(groups) < len(names)
+    for group, param in ((g, p) for g in groups for p in g['params']):
+        name = names[id(param)]
         seen.add(name)
         if name.startswith(('backbone.patch_embed.', 'backbone.pos_embed.')):
             layer = 0

@@ -1,0 +1,128 @@
+"""The optimizer's step of a recipe with its parameter groups merged
+(``NoDecayOptimWrapperConstructor``'s default) and with one group per
+parameter (``paramwise_cfg=dict(merge_groups=False)``, mmengine's way).
+
+The recipe's model and optimizer are built from its config (the backbone
+not initialised from a checkpoint); every parameter gets the same random
+gradient in both, and the two optimizers step in turn, ``--rounds`` rounds of
+``--steps`` steps each. Per configuration: the parameter groups, the median
+time of a step (CUDA: synchronised), the operators it dispatches (on CUDA,
+whose optimizers take the multi-tensor path, each launches at least one
+kernel; ``--foreach`` takes that path on the CPU too), and at the end the
+largest difference between the two models' parameters (0: merging changes
+no update)::
+
+    python docs/benchmark/optimizer_step.py [CONFIG] [--device cuda]
+        [--foreach]
+"""
+import argparse
+import copy
+import os.path as osp
+import statistics
+import sys
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+sys.path.insert(0, REPO)
+
+
+class _CountOps(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def build(config: str, device: str, foreach: bool):
+    """The recipe's model on ``device`` and its optimizer config (the
+    wrapper a plain ``OptimWrapper``: the step timed is the optimizer's)."""
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope, init_default_scope
+
+    import xcit_dense  # noqa: F401
+    cfg = Config.fromfile(config)
+    init_default_scope(cfg.get('default_scope', 'mmdet'))
+    scope = DefaultScope.get_current_instance().scope_name
+    if scope == 'mmseg':
+        from mmseg.registry import MODELS
+    else:
+        from mmdet.registry import MODELS
+    cfg.model.backbone.init_cfg = None
+    model = MODELS.build(cfg.model).to(device)
+    wrapper = dict(cfg.optim_wrapper, type='OptimWrapper')
+    wrapper.pop('loss_scale', None)
+    if foreach:
+        wrapper['optimizer'] = dict(wrapper['optimizer'], foreach=True)
+    return model, wrapper
+
+
+def optimizer_of(model, wrapper: dict, merge: bool):
+    from mmengine.optim import build_optim_wrapper
+    wrapper = copy.deepcopy(wrapper)
+    wrapper['paramwise_cfg'] = dict(wrapper.get('paramwise_cfg') or {},
+                                    merge_groups=merge)
+    return build_optim_wrapper(model, wrapper).optimizer
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('config', nargs='?',
+                        default=osp.join(REPO, 'configs/coco/'
+                                         'mask_rcnn_xcit_s12.py'))
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--steps', type=int, default=10)
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--foreach', action='store_true',
+                        help="the optimizer's multi-tensor path (CUDA's "
+                        'default) on any device')
+    args = parser.parse_args(argv)
+
+    def sync():
+        if args.device.startswith('cuda'):
+            torch.cuda.synchronize()
+
+    torch.manual_seed(0)
+    model, wrapper = build(args.config, args.device, args.foreach)
+    runs = {}
+    for merge in (False, True):
+        twin = copy.deepcopy(model)
+        for p in twin.parameters():
+            p.grad = torch.randn(p.shape, generator=torch.Generator(
+                ).manual_seed(p.numel()), dtype=p.dtype).to(p.device)
+        runs[merge] = dict(model=twin,
+                           optimizer=optimizer_of(twin, wrapper, merge),
+                           ms=[])
+    for _ in range(args.rounds):
+        for merge, run in runs.items():
+            optimizer = run['optimizer']
+            optimizer.step()  # the state made before timing
+            sync()
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                optimizer.step()
+            sync()
+            run['ms'].append((time.perf_counter() - start) / args.steps * 1e3)
+    for merge, run in runs.items():
+        with _CountOps() as counted:
+            run['optimizer'].step()
+        sync()
+        print(f'merge_groups={merge}: '
+              f'{len(run["optimizer"].param_groups)} groups, '
+              f'{statistics.median(run["ms"]):.2f} ms per step (rounds: '
+              + ', '.join(f'{ms:.2f}' for ms in run['ms'])
+              + f'), {counted.ops} operators per step')
+    diff = max((a - b).abs().max().item() for a, b in zip(
+        runs[False]['model'].parameters(), runs[True]['model'].parameters()))
+    print(f'{sum(1 for _ in model.parameters())} parameters on '
+          f'{args.device}; largest difference between the two models after '
+          f'{args.rounds * (args.steps + 1) + 1} steps: {diff:g}')
+
+
+if __name__ == '__main__':
+    main()

@@ -119,7 +119,7 @@ def main(argv=None) -> None:
               + f'), {counted.ops} operators per step')
     diff = max((a - b).abs().max().item() for a, b in zip(
         runs[False]['model'].parameters(), runs[True]['model'].parameters()))
-    print(f'{sum(1 for _ in model.parameters())} parameters on '
+    print(f'{sum(1 for _ in model.parameters())} parameter tensors on '
           f'{args.device}; largest difference between the two models after '
           f'{args.rounds * (args.steps + 1) + 1} steps: {diff:g}')
 

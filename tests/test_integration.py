@@ -146,6 +146,61 @@ def test_state_saved_with_a_group_per_parameter_loads_merged():
         assert torch.equal(a, b)
 
 
+def test_resume_with_a_group_per_parameter_continues_merged():
+    """Resuming (``CheckpointImportHook``, then the optimizer's and the
+    schedulers' states loaded as ``Runner.resume`` loads them) a checkpoint
+    whose optimizer had one group per parameter, into merged groups: a
+    cosine schedule whose floor is a ratio of each group's initial lr goes
+    on for each parameter as it would have, and so do the parameters."""
+    from types import SimpleNamespace
+
+    from mmengine.optim import CosineAnnealingLR
+
+    from xcit_dense.hooks import CheckpointImportHook
+
+    def schedule(optimizer):
+        return CosineAnnealingLR(optimizer, T_max=6, by_epoch=False,
+                                 eta_min_ratio=0.1)
+
+    apart_model = _tiny_detector()
+    apart = _optimizer(apart_model, merge=False)
+    apart_schedule = schedule(apart)
+    for seed in range(2):
+        _step(apart_model, apart, seed)
+        apart_schedule.step()
+    saved = io.BytesIO()
+    torch.save(dict(state_dict=apart_model.state_dict(), meta={},
+                    optimizer=apart.state_dict(),
+                    param_schedulers=[apart_schedule.state_dict()]), saved)
+    saved.seek(0)
+    checkpoint = torch.load(saved, weights_only=True)
+
+    model = _tiny_detector()
+    optimizer = _optimizer(model)
+    scheduler = schedule(optimizer)
+    runner = SimpleNamespace(cfg=dict(resume=True), model=model,
+                             optim_wrapper=SimpleNamespace(
+                                 optimizer=optimizer))
+    CheckpointImportHook().after_load_checkpoint(runner, checkpoint)
+    model.load_state_dict(checkpoint['state_dict'])
+    optimizer.load_state_dict(checkpoint['optimizer'])
+    scheduler.load_state_dict(checkpoint['param_schedulers'][0])
+    assert len(optimizer.param_groups) == 3
+    lr_of = {}
+    for seed in range(2, 5):
+        _step(model, optimizer, seed)
+        _step(apart_model, apart, seed)
+        scheduler.step()
+        apart_schedule.step()
+        for opt in (optimizer, apart):
+            lr_of[opt] = {id(p): g['lr'] for g in opt.param_groups
+                          for p in g['params']}
+        for (name, a), b in zip(model.named_parameters(),
+                                apart_model.parameters()):
+            assert lr_of[optimizer][id(a)] == lr_of[apart][id(b)], name
+            assert torch.equal(a, b), name
+
+
 def test_optimizer_step_tool_compares_both_groupings():
     """``docs/benchmark/optimizer_step.py`` (docs/training.md quotes it) on
     the demo recipe: both groupings timed, their operators counted, the

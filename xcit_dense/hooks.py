@@ -8,6 +8,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
 from .checkpoint.published import is_published, model_weights, refuse_resume
+from .optim import merge_saved_schedulers
 from .registry import HOOKS
 from .training import AtomicLocalBackend
 from .training.workers import tolerate_stop_signal
@@ -28,7 +29,11 @@ class CheckpointImportHook(Hook):
     Loading with ``load_from`` (fine-tuning) may change the number of
     classes: the class-dependent output layers that differ in shape are then
     left freshly initialised and named in the log. Resuming from a published
-    checkpoint is refused (it holds no optimizer state of ours). Whether the
+    checkpoint is refused (it holds no optimizer state of ours). A resumed
+    checkpoint whose optimizer state has one group per parameter, where the
+    runner's optimizer has them merged (``NoDecayOptimWrapperConstructor``),
+    has its schedulers' per-group values merged alike (the optimizer's own
+    state merges as it loads). Whether the
     runner resumes or fine-tunes is read from its config (``resume``,
     ``load_from``), as ``Runner.from_cfg`` builds it.
     """
@@ -39,6 +44,9 @@ class CheckpointImportHook(Hook):
         resume = bool(runner.cfg.get('resume'))
         if resume and is_published(checkpoint):
             refuse_resume(runner.cfg.get('load_from') or 'the checkpoint')
+        optimizer = getattr(runner.optim_wrapper, 'optimizer', None)
+        if resume and isinstance(optimizer, torch.optim.Optimizer):
+            merge_saved_schedulers(checkpoint, optimizer)
         model = runner.model
         while hasattr(model, 'module'):  # DDP, test-time augmentation
             model = model.module

@@ -48,43 +48,82 @@ def parameter_layers(model: nn.Module) -> Tuple[Dict[int, int], int]:
     return layers, top
 
 
-def merged_groups(groups: List[dict],
-                  options: Callable[[dict], dict]) -> List[dict]:
-    """``groups`` (optimizer parameter groups) with those of equal
-    ``options(group)`` merged into one, in the order each first came, its
-    parameters in their order; the options of a merged group are its first
-    member's (all equal)."""
-    merged: List[Tuple[dict, dict]] = []
-    for group in groups:
+def merging(groups: List[dict],
+            options: Callable[[dict], dict]) -> List[List[int]]:
+    """Which of ``groups`` (optimizer parameter groups) merge: the indices
+    of those of equal ``options(group)``, one list per merged group, in the
+    order each first came."""
+    merged: List[Tuple[dict, List[int]]] = []
+    for i, group in enumerate(groups):
         opts = options(group)
-        for seen, into in merged:
+        for seen, members in merged:
             if seen == opts:
-                into['params'] = into['params'] + list(group['params'])
+                members.append(i)
                 break
         else:
-            merged.append((opts, dict(group, params=list(group['params']))))
-    return [group for _, group in merged]
+            merged.append((opts, [i]))
+    return [members for _, members in merged]
+
+
+def merged_groups(groups: List[dict],
+                  options: Callable[[dict], dict]) -> List[dict]:
+    """``groups`` merged as :func:`merging` says, each merged group's
+    parameters in their order, its options its first member's (all
+    equal)."""
+    return [dict(groups[members[0]], params=[
+        p for i in members for p in groups[i]['params']])
+        for members in merging(groups, options)]
 
 
 def _options_of(group: dict) -> dict:
     return {k: v for k, v in group.items() if k != 'params'}
 
 
+def saved_merging(saved: List[dict], optimizer: torch.optim.Optimizer
+                  ) -> Optional[List[List[int]]]:
+    """How the parameter groups of a saved optimizer state (one group per
+    parameter: mmengine's constructor, ours before it merged groups) merge
+    into ``optimizer``'s, or None where they do not (as many groups, or
+    other sizes once merged)."""
+    if len(saved) <= len(optimizer.param_groups):
+        return None
+    members = merging(saved, _options_of)
+    sizes = [sum(len(saved[i]['params']) for i in m) for m in members]
+    if sizes != [len(g['params']) for g in optimizer.param_groups]:
+        return None
+    return members
+
+
 def _merge_saved_groups(optimizer: torch.optim.Optimizer,
                         state_dict: dict) -> Optional[dict]:
     """A load_state_dict pre-hook: an optimizer state saved with one group
-    per parameter (mmengine's constructor; ours before it merged groups)
-    loads into the merged groups of the same parameters, its groups merged
-    the same way (same options, same order). Any other mismatch is left to
-    the optimizer's own error."""
+    per parameter loads into the merged groups of the same parameters, its
+    groups merged the same way (:func:`saved_merging`). Any other mismatch
+    is left to the optimizer's own error."""
     saved = state_dict.get('param_groups', [])
-    if len(saved) <= len(optimizer.param_groups):
+    if saved_merging(saved, optimizer) is None:
         return None
-    merged = merged_groups(saved, _options_of)
-    if [len(g['params']) for g in merged] != \
-            [len(g['params']) for g in optimizer.param_groups]:
-        return None
-    return dict(state_dict, param_groups=merged)
+    return dict(state_dict, param_groups=merged_groups(saved, _options_of))
+
+
+def merge_saved_schedulers(checkpoint: dict,
+                           optimizer: torch.optim.Optimizer) -> None:
+    """In a checkpoint being resumed whose optimizer state has one group per
+    parameter where ``optimizer`` has them merged: its parameter schedulers'
+    per-group values (mmengine's ``base_values``, which the cosine
+    schedulers read) are made those of the merged groups (their first
+    members'), as the optimizer's state is by its load pre-hook."""
+    saved = (checkpoint.get('optimizer') or {}).get('param_groups')
+    members = saved and saved_merging(saved, optimizer)
+    if not members:
+        return
+    schedulers = checkpoint.get('param_schedulers') or []
+    if isinstance(schedulers, dict):  # one list per optimizer
+        schedulers = [s for states in schedulers.values() for s in states]
+    for state in schedulers:
+        values = state.get('base_values')
+        if isinstance(values, list) and len(values) == len(saved):
+            state['base_values'] = [values[m[0]] for m in members]
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
@@ -114,7 +153,8 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     same (learning rate, weight decay, any other option a rule set) are
     merged (2 for that model: with and without weight decay), which changes
     no parameter's update; an optimizer state saved with one group per
-    parameter still loads. ``paramwise_cfg=dict(merge_groups=False)``
+    parameter still loads (and its schedulers' states resume:
+    ``CheckpointImportHook``). ``paramwise_cfg=dict(merge_groups=False)``
     keeps one group per parameter.
     """
 

@@ -186,6 +186,8 @@ def test_resume_with_a_group_per_parameter_continues_merged():
     optimizer.load_state_dict(checkpoint['optimizer'])
     scheduler.load_state_dict(checkpoint['param_schedulers'][0])
     assert len(optimizer.param_groups) == 3
+    assert scheduler.get_last_value() == [g['lr'] for g in
+                                          optimizer.param_groups]
     lr_of = {}
     for seed in range(2, 5):
         _step(model, optimizer, seed)

@@ -1,6 +1,7 @@
 """Optimizer wrapper constructor: the modules' no-decay lists, parameter
 groups merged where their options are the same and, opt-in, layer-wise
 learning-rate decay."""
+import itertools
 from collections import defaultdict
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -111,8 +112,9 @@ def merge_saved_schedulers(checkpoint: dict,
     """In a checkpoint being resumed whose optimizer state has one group per
     parameter where ``optimizer`` has them merged: its parameter schedulers'
     per-group values (mmengine's ``base_values``, which the cosine
-    schedulers read) are made those of the merged groups (their first
-    members'), as the optimizer's state is by its load pre-hook."""
+    schedulers read, and ``_last_value``) are made those of the merged
+    groups (their first members'), as the optimizer's state is by its load
+    pre-hook."""
     saved = (checkpoint.get('optimizer') or {}).get('param_groups')
     members = saved and saved_merging(saved, optimizer)
     if not members:
@@ -120,10 +122,11 @@ def merge_saved_schedulers(checkpoint: dict,
     schedulers = checkpoint.get('param_schedulers') or []
     if isinstance(schedulers, dict):  # one list per optimizer
         schedulers = [s for states in schedulers.values() for s in states]
-    for state in schedulers:
-        values = state.get('base_values')
+    for state, key in itertools.product(schedulers,
+                                        ('base_values', '_last_value')):
+        values = state.get(key)
         if isinstance(values, list) and len(values) == len(saved):
-            state['base_values'] = [values[m[0]] for m in members]
+            state[key] = [values[m[0]] for m in members]
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()

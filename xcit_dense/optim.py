@@ -117,11 +117,9 @@ def merge_saved_schedulers(checkpoint: dict,
     pre-hook."""
     saved = (checkpoint.get('optimizer') or {}).get('param_groups')
     members = saved and saved_merging(saved, optimizer)
-    if not members:
-        return
-    schedulers = checkpoint.get('param_schedulers') or []
-    if isinstance(schedulers, dict):  # one list per optimizer
-        schedulers = [s for states in schedulers.values() for s in states]
+    schedulers = checkpoint.get('param_schedulers')
+    if not members or not isinstance(schedulers, list):  # dict: several
+        return  # optimizers, which the runner's one optimizer is not
     for state, key in itertools.product(schedulers,
                                         ('base_values', '_last_value')):
         values = state.get(key)

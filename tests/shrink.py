@@ -3,6 +3,14 @@ modules and code paths as the config builds, a fraction of the time."""
 import copy
 
 
+def trained_in_tests(config_name: str) -> bool:
+    """Whether a config's test trains a step and predicts: XCiT-S12's (either
+    patch size, so both pyramids) and the demos stand for their recipe's
+    sizes, whose other configs are built and run forward once (each test
+    checks their heads' channels against the backbone's width)."""
+    return '_s12' in config_name or config_name.startswith('demo_')
+
+
 def _stages(value):
     return value if isinstance(value, list) else [value]
 

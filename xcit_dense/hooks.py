@@ -33,9 +33,9 @@ class CheckpointImportHook(Hook):
     checkpoint whose optimizer state has one group per parameter, where the
     runner's optimizer has them merged (``NoDecayOptimWrapperConstructor``),
     has its schedulers' per-group values merged alike (the optimizer's own
-    state merges as it loads). Whether the
-    runner resumes or fine-tunes is read from its config (``resume``,
-    ``load_from``), as ``Runner.from_cfg`` builds it.
+    state merges as it loads). Whether the runner resumes or fine-tunes is
+    read from its config (``resume``, ``load_from``), as ``Runner.from_cfg``
+    builds it.
     """
 
     priority = 'VERY_HIGH'

@@ -67,13 +67,13 @@ def merging(groups: List[dict],
 
 
 def merged_groups(groups: List[dict],
-                  options: Callable[[dict], dict]) -> List[dict]:
-    """``groups`` merged as :func:`merging` says, each merged group's
-    parameters in their order, its options its first member's (all
+                  merged: List[List[int]]) -> List[dict]:
+    """``groups`` merged as ``merged`` (:func:`merging`) says, each merged
+    group's parameters in their order, its options its first member's (all
     equal)."""
     return [dict(groups[members[0]], params=[
         p for i in members for p in groups[i]['params']])
-        for members in merging(groups, options)]
+        for members in merged]
 
 
 def _options_of(group: dict) -> dict:
@@ -102,9 +102,10 @@ def _merge_saved_groups(optimizer: torch.optim.Optimizer,
     groups merged the same way (:func:`saved_merging`). Any other mismatch
     is left to the optimizer's own error."""
     saved = state_dict.get('param_groups', [])
-    if saved_merging(saved, optimizer) is None:
+    members = saved_merging(saved, optimizer)
+    if members is None:
         return None
-    return dict(state_dict, param_groups=merged_groups(saved, _options_of))
+    return dict(state_dict, param_groups=merged_groups(saved, members))
 
 
 def merge_saved_schedulers(checkpoint: dict,
@@ -215,7 +216,7 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         if self._layers is not None:
             self._decay_by_layer(groups)
         if self.merge_groups:
-            merged = merged_groups(groups, self._options)
+            merged = merged_groups(groups, merging(groups, self._options))
             print_log(
                 f'{len(groups)} parameter groups, merged into {len(merged)} '
                 'of distinct options (paramwise_cfg.merge_groups=False '

@@ -6,11 +6,13 @@ The recipe's model and optimizer are built from its config (the backbone
 not initialised from a checkpoint); every parameter gets the same random
 gradient in both, and the two optimizers step in turn, ``--rounds`` rounds of
 ``--steps`` steps each. Per configuration: the parameter groups, the median
-time of a step (CUDA: synchronised), the operators it dispatches (on CUDA,
-whose optimizers take the multi-tensor path, each launches at least one
-kernel; ``--foreach`` takes that path on the CPU too), and at the end the
-largest difference between the two models' parameters (0: merging changes
-no update)::
+time of a step (CUDA: synchronised), the operators it dispatches on the
+parameters, their gradients and moments (not on the per-parameter step
+counts, 0-dimensional tensors on the CPU, whose reads are most of the rest:
+on CUDA, whose optimizers take the multi-tensor path, each of those
+operators launches at least one kernel; ``--foreach`` takes that path on
+the CPU too), and at the end the largest difference between the two
+models' parameters (0: merging changes no update)::
 
     python docs/benchmark/optimizer_step.py [CONFIG] [--device cuda]
         [--foreach]
@@ -24,19 +26,24 @@ import time
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 sys.path.insert(0, REPO)
 
 
 class _CountOps(TorchDispatchMode):
+    """The operators dispatched on tensors of at least one dimension."""
+
     def __init__(self):
         super().__init__()
         self.ops = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        self.ops += any(isinstance(t, torch.Tensor) and t.dim() > 0
+                        for t in tree_leaves((args, kwargs)))
+        return func(*args, **kwargs)
 
 
 def build(config: str, device: str, foreach: bool):
@@ -116,7 +123,7 @@ def main(argv=None) -> None:
               f'{len(run["optimizer"].param_groups)} groups, '
               f'{statistics.median(run["ms"]):.2f} ms per step (rounds: '
               + ', '.join(f'{ms:.2f}' for ms in run['ms'])
-              + f'), {counted.ops} operators per step')
+              + f'), {counted.ops} operators per step on the parameters')
     diff = max((a - b).abs().max().item() for a, b in zip(
         runs[False]['model'].parameters(), runs[True]['model'].parameters()))
     print(f'{sum(1 for _ in model.parameters())} parameter tensors on '

@@ -40,32 +40,6 @@ def test_one_definition():
                     (path.name, line)
 
 
-def test_no_decay_constructor():
-    model = nn.Module()
-    model.backbone = XCiT(arch='nano_12_p16', depth=4,
-                          out_indices=(0, 1, 2, 3))
-    model.head = nn.Linear(4, 4)
-    wrapper = build_optim_wrapper(model, dict(
-        constructor='xcit_dense.NoDecayOptimWrapperConstructor',
-        optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05)))
-    decay = {}
-    names = {id(p): n for n, p in model.named_parameters()}
-    for group in wrapper.optimizer.param_groups:
-        for p in group['params']:
-            decay[names[id(p)]] = group['weight_decay']
-    assert len(decay) == len(names)
-    for name in ['backbone.blocks.0.attn.temperature',
-                 'backbone.blocks.1.gamma3',
-                 'backbone.pos_embed.token_projection.weight',
-                 'backbone.blocks.0.norm2.weight',
-                 'backbone.blocks.0.local_mp.bn.bias',
-                 'backbone.fpn1.1.weight']:
-        assert decay[name] == 0, name
-    for name in ['backbone.blocks.0.attn.qkv.weight', 'backbone.fpn1.0.weight',
-                 'head.weight', 'backbone.blocks.0.mlp.fc2.weight']:
-        assert decay[name] == 0.05, name
-
-
 def _tiny_detector():
     torch.manual_seed(0)
     model = nn.Module()
@@ -90,6 +64,29 @@ def _step(model, optimizer, seed):
     for p in model.parameters():
         p.grad = torch.randn(p.shape, generator=generator)
     optimizer.step()
+
+
+def test_no_decay_constructor():
+    model = _tiny_detector()
+    wrapper = build_optim_wrapper(model, dict(
+        constructor='xcit_dense.NoDecayOptimWrapperConstructor',
+        optimizer=dict(type='AdamW', lr=1e-4, weight_decay=0.05)))
+    decay = {}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in wrapper.optimizer.param_groups:
+        for p in group['params']:
+            decay[names[id(p)]] = group['weight_decay']
+    assert len(decay) == len(names)
+    for name in ['backbone.blocks.0.attn.temperature',
+                 'backbone.blocks.1.gamma3',
+                 'backbone.pos_embed.token_projection.weight',
+                 'backbone.blocks.0.norm2.weight',
+                 'backbone.blocks.0.local_mp.bn.bias',
+                 'backbone.fpn1.1.weight']:
+        assert decay[name] == 0, name
+    for name in ['backbone.blocks.0.attn.qkv.weight', 'backbone.fpn1.0.weight',
+                 'head.weight', 'backbone.blocks.0.mlp.fc2.weight']:
+        assert decay[name] == 0.05, name
 
 
 @pytest.mark.parametrize('foreach', [False, True])

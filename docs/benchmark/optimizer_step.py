@@ -50,18 +50,12 @@ def build(config: str, device: str, foreach: bool):
     """The recipe's model on ``device`` and its optimizer config (the
     wrapper a plain ``OptimWrapper``: the step timed is the optimizer's)."""
     from mmengine.config import Config
-    from mmengine.registry import DefaultScope, init_default_scope
 
     import xcit_dense  # noqa: F401
+    from xcit_dense.toolkits import use_toolkit
     cfg = Config.fromfile(config)
-    init_default_scope(cfg.get('default_scope', 'mmdet'))
-    scope = DefaultScope.get_current_instance().scope_name
-    if scope == 'mmseg':
-        from mmseg.registry import MODELS
-    else:
-        from mmdet.registry import MODELS
     cfg.model.backbone.init_cfg = None
-    model = MODELS.build(cfg.model).to(device)
+    model = use_toolkit(cfg.default_scope).MODELS.build(cfg.model).to(device)
     wrapper = dict(cfg.optim_wrapper, type='OptimWrapper')
     wrapper.pop('loss_scale', None)
     if foreach:

@@ -11,6 +11,17 @@ def trained_in_tests(config_name: str) -> bool:
     return '_s12' in config_name or config_name.startswith('demo_')
 
 
+def runs_forward(model):
+    """The maps of ``model``'s backbone (and neck) on one small image, in
+    eval mode, each checked finite."""
+    import torch
+    model.eval()
+    with torch.no_grad():
+        feats = model.extract_feat(torch.randn(1, 3, 64, 96))
+    assert all(torch.isfinite(f).all() for f in feats)
+    return feats
+
+
 def _stages(value):
     return value if isinstance(value, list) else [value]
 

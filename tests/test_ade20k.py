@@ -11,7 +11,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from conftest import REPO, run_tool_here
-from shrink import shrunk, trained_in_tests
+from shrink import runs_forward, shrunk, trained_in_tests
 
 CONFIGS = sorted((REPO / 'configs' / 'ade20k').glob('*.py'))
 DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'
@@ -54,11 +54,7 @@ def test_config_builds_and_runs(path):
     model = MODELS.build(shrunk(inner))
     model.init_weights()
     if not trained_in_tests(path.name):
-        model.eval()
-        with torch.no_grad():
-            feats = model.extract_feat(torch.randn(1, 3, 64, 96))
-        assert len(feats) == 4 and all(torch.isfinite(f).all()
-                                       for f in feats)
+        assert len(runs_forward(model)) == 4
         return
     num_classes = model.decode_head.num_classes
     # training step on crops

@@ -9,7 +9,7 @@ from mmengine.registry import init_default_scope
 from mmengine.structures import InstanceData
 
 from conftest import REPO
-from shrink import shrunk, trained_in_tests
+from shrink import runs_forward, shrunk, trained_in_tests
 
 ALL = sorted((REPO / 'configs' / 'coco').glob('*.py'))
 MASK2FORMER = [p for p in ALL if 'mask2former_' in p.name]
@@ -95,10 +95,7 @@ def _trains_and_predicts_or_runs(model, num_classes, path):
     if trained_in_tests(path.name):
         _trains_and_predicts(model, num_classes)
         return
-    model.eval()
-    with torch.no_grad():
-        feats = model.extract_feat(torch.randn(1, 3, 64, 96))
-    assert len(feats) >= 4 and all(torch.isfinite(f).all() for f in feats)
+    assert len(runs_forward(model)) >= 4
 
 
 def _trains_and_predicts(model, num_classes, h=96, w=128):

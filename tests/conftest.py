@@ -5,6 +5,7 @@ import io
 import logging
 import multiprocessing
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -137,6 +138,30 @@ def logged(name=None, level=None):
         yield messages
     finally:
         logger.removeHandler(handler)
+
+
+def _forward_that_synchronises():
+    raise RuntimeError('CUDA error: operation not permitted when stream is '
+                       'capturing')
+
+
+def broken_capture(*args):
+    """A stand-in for a CUDA graph's capture that its forward broke: the
+    forward's error, then the capture's own, raised while the first is
+    handled (as ``torch.cuda.graph``'s exit raises it)."""
+    try:
+        _forward_that_synchronises()
+    except RuntimeError:
+        raise RuntimeError('CUDA error: operation failed due to a previous '
+                           'error during capture')
+
+
+#: what a warning says of :func:`broken_capture`'s failure: the forward's
+#: error and the line that raised it, not the capture's own
+BROKEN_CAPTURE = re.compile(
+    r'failed \(RuntimeError: CUDA error: operation not permitted when '
+    r'stream is capturing, at tests/conftest\.py:\d+ in '
+    r'_forward_that_synchronises\)')
 
 
 @contextlib.contextmanager

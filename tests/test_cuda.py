@@ -4,6 +4,7 @@ device (``make test`` there reports them as skipped), run by ``make test``
 and ``make gpu-report`` on a GPU machine.
 """
 import copy
+import logging
 import re
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import torch.nn as nn
 from xcit_dense import fast_path
 from xcit_dense.models import policy
 
-from conftest import REPO, run_tool
+from conftest import REPO, logged, run_tool
 from test_ade20k import _sample as seg_sample
 from test_coco_configs import _sample as det_sample
 from test_fast_path import randomized
@@ -461,6 +462,49 @@ def test_training_graphs_of_two_sizes_share_one_pool(no_tf32):
     _same_steps(net, eager, sizes * 4)
     assert net.training_graphs.captures == 2
     assert len(net.training_graphs.graphs) == 2
+
+
+class _Synchronising(nn.Module):
+    """A module with a debugging line that reads a value to the CPU, which
+    a CUDA graph's capture cannot take."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        if not torch.isfinite(x).all():
+            raise FloatingPointError('not finite')
+        return self.inner(x)
+
+
+def test_a_failed_capture_leaves_training_as_it_was(no_tf32):
+    """A training step whose capture the model's forward breaks: one
+    warning naming that forward's error and line (not the capture's own),
+    and that step and the next ones run eagerly on the stream they ran on
+    before, their random draws (DropPath) from the generator as it was: the
+    same outputs as a model never captured from the same random state."""
+    net = randomized(cuda_graphs='train', drop_path_rate=0.2).cuda().train()
+    net.blocks[1].mlp = _Synchronising(net.blocks[1].mlp)
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    x = torch.randn(2, 3, 64, 96, device='cuda')
+    with logged(level=logging.WARNING) as messages:
+        for _ in range(5):
+            state = torch.cuda.get_rng_state()
+            outs = net(x)
+            sum(o.sum() for o in outs).backward()
+            assert torch.cuda.current_stream() == torch.cuda.default_stream()
+            after = torch.cuda.get_rng_state()
+            torch.cuda.set_rng_state(state)
+            for out, ref in zip(outs, eager(x)):
+                assert _relative(out, ref) < 1e-5
+            assert torch.equal(torch.cuda.get_rng_state(), after)
+    assert net.training_graphs.captures == 0
+    assert len(messages) == 1, messages
+    assert re.search(r'capturing a training step failed \(\w+Error: .*'
+                     r'stream is capturing.*, at tests/test_cuda\.py:\d+ in '
+                     r'forward\)', messages[0]), messages[0]
 
 
 def test_mmcv_ops_run_on_cuda():

@@ -1,6 +1,8 @@
 """The package's error types: problems with the user's input, each reported
 by the tools as one paragraph (never a traceback). The tools catch their
 common base, :class:`XCiTDenseError`."""
+import os.path as osp
+import traceback
 
 
 class XCiTDenseError(Exception):
@@ -50,3 +52,36 @@ def first_line(error: BaseException) -> str:
     lines = (line.strip() for line in str(error).splitlines())
     return f'{type(error).__name__}: ' + next(
         (line for line in lines if line), '(no message)')
+
+
+def first_cause(error: BaseException) -> BaseException:
+    """The first error of ``error``'s chain: the one raised while nothing
+    was being handled (``error`` itself if it has no cause or context).
+    A CUDA graph's capture that a forward's error broke ends with an error
+    of its own ("operation failed due to a previous error during
+    capture"), raised while the forward's was handled: that first error
+    says what broke it."""
+    seen = {id(error)}
+    while True:
+        earlier = error.__cause__ or error.__context__
+        if earlier is None or id(earlier) in seen:
+            return error
+        seen.add(id(earlier))
+        error = earlier
+
+
+def cause_line(error: BaseException, library: str) -> str:
+    """:func:`first_line` of :func:`first_cause`, and where it was raised:
+    the innermost frame of its traceback outside the folder ``library``
+    (PyTorch's, say: the line of the model's code that made the failing
+    call)."""
+    cause = first_cause(error)
+    frames = [f for f in traceback.extract_tb(cause.__traceback__)
+              if not osp.abspath(f.filename).startswith(library)]
+    if not frames:
+        return first_line(cause)
+    frame = frames[-1]
+    path = osp.relpath(frame.filename)
+    if path.startswith('..'):
+        path = frame.filename
+    return f'{first_line(cause)}, at {path}:{frame.lineno} in {frame.name}'

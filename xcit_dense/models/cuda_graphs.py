@@ -50,10 +50,21 @@ the model goes back to training (after a validation); until an input comes
 close to that, the model is not looked at (eager calls pay nothing). A
 model that cannot be captured (:func:`not_graphable`) runs eagerly with one
 INFO line rather than a warning.
+
+A capture that fails (a forward that synchronises with the CPU, say)
+leaves the thread on the capture's stream and the device's random number
+generator in capture mode (``torch.cuda.graph`` ends the capture before it
+leaves the stream, and the generator's epilogue never runs): both are put
+back (:func:`_put_back_if_failed`), so that the eager steps after it,
+dropout's and DropPath's random draws among them, run as before; the
+warning names the error that broke the capture and the line of the model's
+code that raised it.
 """
+import contextlib
 import functools
 import logging
 import operator
+import os.path as osp
 import weakref
 from collections import OrderedDict, deque
 from typing import (
@@ -61,6 +72,7 @@ from typing import (
     Deque,
     Dict,
     Hashable,
+    Iterator,
     List,
     Optional,
     Sequence,
@@ -71,7 +83,7 @@ import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 
-from ..errors import first_line
+from ..errors import cause_line
 from . import policy
 
 #: device types whose inference is graphed (the tests add the CPU with a
@@ -100,6 +112,10 @@ MAX_TRAINING_GRAPHS = 2
 AUTO_TRAINING_GRAPHS = 1
 
 Outputs = Tuple[torch.Tensor, ...]
+
+#: PyTorch's own files: a failed capture's warning names the innermost line
+#: outside them (:func:`failure`)
+_TORCH = osp.dirname(torch.__file__) + osp.sep
 
 
 def _capturable(x: torch.Tensor) -> bool:
@@ -259,6 +275,39 @@ class Recurrence:
             last == model_key
 
 
+def failure(what: str, error: BaseException) -> str:
+    """Why a capture failed, for the warning: the error that broke it (the
+    first of the chain: a capture broken by its forward's error ends with
+    "operation failed due to a previous error during capture") and the
+    line of the model's code that raised it."""
+    return f'{what} failed ({cause_line(error, _TORCH)})'
+
+
+@contextlib.contextmanager
+def _put_back_if_failed(device: torch.device) -> Iterator[None]:
+    """If the capture inside fails: the thread's current stream, and the
+    state of ``device``'s default random number generator, put back as
+    they were before it (the eager steps after a failed capture would
+    otherwise run on the capture's stream and stop at their first random
+    draw: "Offset increment outside graph capture encountered
+    unexpectedly"). The draws of the capture's warm-up iterations are undone
+    with them."""
+    current = torch.cuda.current_device()
+    index = current if device.index is None else device.index
+    # the capture's stream is the current device's; x's device's too
+    streams = [torch.cuda.current_stream(i) for i in {current, index}]
+    generator = torch.cuda.default_generators[index]
+    saved = generator.clone_state()
+    try:
+        yield
+    except BaseException:
+        for stream in streams:
+            torch.cuda.set_stream(stream)  # sets its device current too
+        torch.cuda.set_device(current)
+        generator.graphsafe_set_state(saved)
+        raise
+
+
 def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
                  x: torch.Tensor, pool) -> Tuple[torch.Tensor, Outputs,
                                                  Callable[[], None], object]:
@@ -278,7 +327,7 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
     graph = torch.cuda.CUDAGraph()
     # on the input's GPU, whichever is current (the default capture stream
     # is the current device's)
-    with torch.cuda.device(x.device), \
+    with torch.cuda.device(x.device), _put_back_if_failed(x.device), \
             torch.cuda.graph(graph, pool=pool, stream=stream), autocast:
         outs = forward(static)
     return static, tuple(outs), graph.replay, graph.pool()
@@ -407,8 +456,8 @@ class GraphedInference(_Graphs):
             try:
                 *entry, self.pool = self.capture(forward, x, self.pool)
             except Exception as error:  # the capture's, or the model's
-                return self._stop(f'capturing it failed '
-                                  f'({first_line(error)})', forward, x)
+                return self._stop(failure('capturing it', error), forward,
+                                  x)
             self.captures += 1
             if len(self.graphs) >= MAX_GRAPHS:
                 self.graphs.pop(self._least_used(self.recurrence))
@@ -459,7 +508,7 @@ def capture_training_cuda(step: nn.Module, x: torch.Tensor, pool
     and the pool."""
     if pool is None:
         pool = torch.cuda.graph_pool_handle()
-    with _autocast_as_now(x.device.type):
+    with _put_back_if_failed(x.device), _autocast_as_now(x.device.type):
         sample = x.detach().clone().requires_grad_(x.requires_grad)
         return torch.cuda.make_graphed_callables(
             step, (sample, ), allow_unused_input=True, pool=pool), pool
@@ -596,8 +645,8 @@ class GraphedTraining(_Graphs):
                                                   self.pool)
             except Exception as error:  # the capture's, or the model's
                 _copy_all(buffers, saved)
-                return self._stop(f'capturing a training step failed '
-                                  f'({first_line(error)})', forward, x)
+                return self._stop(
+                    failure('capturing a training step', error), forward, x)
             _copy_all(buffers, saved)  # the warm-up iterations undone
             self.captures += 1
             while len(self.graphs) >= kept:

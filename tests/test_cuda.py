@@ -724,14 +724,17 @@ def test_compiled_backbone_matches_eager(no_tf32, dynamic):
     (forward and backward) without falling back, its outputs and gradients
     are the eager ones to 1e-4, and with dynamic shapes one graph serves
     several sizes. (Last in the file: Inductor's compilations take longest,
-    and the other tests need not wait for them.)"""
+    and the other tests need not wait for them; two blocks, as its time
+    grows with the graph: with four and three sizes the dynamic case took
+    116 s on the H200.)"""
     torch._dynamo.reset()
-    model = randomized(compile_cfg=dict(dynamic=dynamic)).cuda().train()
+    model = randomized(compile_cfg=dict(dynamic=dynamic),
+                       depth=2).cuda().train()
     ref_model = copy.deepcopy(model)
     ref_model.compile_cfg = None
     frames = torch._dynamo.utils.counters['frames']
     before = frames['ok']
-    sizes = ((64, 96), (96, 128), (128, 64)) if dynamic else ((64, 96), )
+    sizes = ((64, 96), (128, 64)) if dynamic else ((64, 96), )
     for h, w in sizes:
         x = torch.randn(2, 3, h, w, device='cuda')
         outs, grads = _step(model, x)

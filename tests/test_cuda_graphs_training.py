@@ -299,6 +299,49 @@ def test_auto_runs_what_cannot_be_captured_eagerly_with_a_note(
     assert 'with_cp' in notes[0] and 'Set ' not in notes[0]
 
 
+def test_a_capture_runs_the_step_on_leaves_of_its_own():
+    """What a capture records: the step as a function of its input and of
+    new leaves on the parameters' memory (in-place updates of a parameter
+    are read through them), not of the parameters, whose gradient
+    accumulators the last step's outputs may still hold on another stream
+    (the H200 failed such captures): the same outputs, gradients of the
+    leaves equal to the parameters', no hook of the parameters on them,
+    and the parameters themselves untouched."""
+    net = model(cuda_graphs=False)
+    net.blocks[0].mlp.fc1.weight.requires_grad_(False)
+    x = X.clone()
+    outs = net(x)  # held: its graph holds the parameters' accumulators
+    held = {n: p for n, p in net.named_parameters()}
+    step = cuda_graphs._Step(net, net._forward_pyramid)
+    run, leaves, params = cuda_graphs.on_leaves_of_its_own(step)
+    assert all(a is b for a, b in zip(params, net.parameters()))
+    assert all(leaf.is_leaf and leaf is not p and
+               leaf.data_ptr() == p.data_ptr() and
+               leaf.requires_grad == p.requires_grad and
+               leaf._backward_hooks is None
+               for leaf, p in zip(leaves, params))
+    with torch.no_grad():
+        net.blocks[1].attn.qkv.weight.mul_(-1)  # read through the leaves
+    got = run(x, *leaves)
+    ref = net._forward_pyramid(x)
+    weights = [torch.linspace(-1, 1, o.numel()).view_as(o) for o in ref]
+    trained = [(leaf, p) for leaf, p in zip(leaves, params)
+               if p.requires_grad]
+    grads = torch.autograd.grad(
+        sum((o * w).sum() for o, w in zip(got, weights)),
+        [leaf for leaf, _ in trained])
+    ref_grads = torch.autograd.grad(
+        sum((o * w).sum() for o, w in zip(ref, weights)),
+        [p for _, p in trained])
+    for o, r in zip(got, ref):
+        torch.testing.assert_close(o, r, rtol=0, atol=0)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-6, atol=1e-7)
+    assert all(p is held[n] for n, p in net.named_parameters())
+    assert all(p.grad is None for p in net.parameters())
+    del outs
+
+
 def test_gradients_handed_on_as_copies_in_their_strides():
     """The replay's gradients leave as copies (the graph overwrites its
     buffers on the next replay), copied together: equal values, own

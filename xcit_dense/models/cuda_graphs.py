@@ -24,13 +24,15 @@ the forward and its backward of an input seen :data:`MIN_REPEATS` times
 with the model unchanged since the step before (fixed-size crops, a padded
 size that recurs; the rare sizes of multi-scale training run eagerly; the
 graphs of the inputs that come most kept, as under ``'auto'`` below) are
-captured with ``torch.cuda.make_graphed_callables``
-and replayed as one autograd node whose gradients reach the parameters as
-an eager backward's do (DistributedDataParallel's hooks included), as
-copies: ``make_graphed_callables`` hands out its graph's own gradient
-buffers, which autograd would make the parameters' ``.grad`` and the next
-replay would overwrite (gradients accumulated over steps, or into a
-``.grad`` zeroed in place, would come out wrong). As in inference, the
+captured with ``torch.cuda.make_graphed_callables`` on new leaf tensors
+over the parameters' memory (:func:`on_leaves_of_its_own`: the parameters'
+own gradient accumulators may be held on the default stream, which a capture
+cannot make wait) and replayed as one autograd node whose gradients reach
+the parameters as an eager backward's do (DistributedDataParallel's hooks
+included), as copies: ``make_graphed_callables`` hands out its graph's
+own gradient buffers, which autograd would make the parameters' ``.grad``
+and the next replay would overwrite (gradients accumulated over steps, or
+into a ``.grad`` zeroed in place, would come out wrong). As in inference, the
 graph last replayed for an input is launched before the model is looked
 at; if the model changed, that replay is dropped and the BatchNorm
 statistics it updated are restored.
@@ -483,10 +485,9 @@ class GraphedInference(_Graphs):
 
 
 class _Step(nn.Module):
-    """A model's forward as a module of its own, for
-    ``make_graphed_callables``, which takes a module's parameters as the
-    graph's inputs and replaces that module's ``forward``: the model's own
-    ``forward`` stays as it is."""
+    """A model's forward as a module of its own, whose parameters are the
+    model's, for the capture (:func:`capture_training_cuda`), which runs it
+    on leaves of its own: the model's own ``forward`` stays as it is."""
 
     def __init__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs]) -> None:
@@ -498,20 +499,52 @@ class _Step(nn.Module):
         return tuple(self.run(x))
 
 
+def on_leaves_of_its_own(step: nn.Module
+                         ) -> Tuple[Callable[..., Outputs],
+                                    Tuple[torch.Tensor, ...],
+                                    Tuple[torch.Tensor, ...]]:
+    """``step`` as a function of its input and its parameters, new leaf
+    tensors on the parameters' memory to capture it with (an in-place update
+    of a parameter is theirs too), and the parameters, to replay it with.
+
+    A capture's backward computes the gradients of those leaves, not of the
+    parameters: a parameter's gradient accumulator lives while any autograd
+    graph reaches it (the last step's outputs or losses still held, as
+    mmengine's log values are; DistributedDataParallel's hooks, for good)
+    and belongs to the stream it was made on, the default one, which a
+    capture cannot make wait (CUDA: "operation not permitted when stream is
+    capturing"); a leaf made now gets its accumulator on the capture's
+    stream. A replay hands its gradients to the parameters themselves,
+    through their accumulators and hooks as an eager backward does."""
+    named = list(step.named_parameters())
+    names = [name for name, _ in named]
+    params = tuple(p for _, p in named)
+    leaves = tuple(p.detach().requires_grad_(p.requires_grad) for p in params)
+
+    def run(x: torch.Tensor, *tensors: torch.Tensor) -> Outputs:
+        return tuple(torch.func.functional_call(
+            step, dict(zip(names, tensors)), (x, )))
+    return run, leaves, params
+
+
 def capture_training_cuda(step: nn.Module, x: torch.Tensor, pool
                           ) -> Tuple[Callable[[torch.Tensor], Outputs],
                                      object]:
     """``step``'s forward and backward on ``x`` captured by
     ``torch.cuda.make_graphed_callables`` (after its warm-up iterations on a
-    side stream) in the memory pool ``pool`` (a new one if None), autocast's
-    cache off (it would outlive the capture); returns the graphed forward
-    and the pool."""
+    side stream) on leaves of its own (:func:`on_leaves_of_its_own`) in the
+    memory pool ``pool`` (a new one if None), autocast's cache off (it would
+    outlive the capture); returns the graphed forward, which takes the
+    input alone, and the pool."""
     if pool is None:
         pool = torch.cuda.graph_pool_handle()
+    run, leaves, params = on_leaves_of_its_own(step)
     with _put_back_if_failed(x.device), _autocast_as_now(x.device.type):
         sample = x.detach().clone().requires_grad_(x.requires_grad)
-        return torch.cuda.make_graphed_callables(
-            step, (sample, ), allow_unused_input=True, pool=pool), pool
+        graphed = torch.cuda.make_graphed_callables(
+            run, (sample, *leaves), allow_unused_input=True, pool=pool)
+    # the parameters share the leaves' memory: nothing is copied in
+    return (lambda x: graphed(x, *params)), pool
 
 
 def not_graphable(model: nn.Module) -> Optional[str]:

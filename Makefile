@@ -48,8 +48,9 @@ test: install
 # each writing its rows under $(GPU_REPORT)/ as they come; a step that fails
 # (a failed test, a row that errs) does not stop the next ones, and make
 # names the failed steps at the end and exits non-zero:
-#   tests     tests/test_cuda.py, every traceback and duration (tests.log),
-#             in GPU_TESTS_WORKERS processes sharing the GPU (default 4:
+#   tests     tests/test_cuda.py, every traceback and duration (tests.log;
+#             printed: each test's outcome, the calls over a second, the
+#             summary), in GPU_TESTS_WORKERS processes sharing the GPU (default 4:
 #             Triton's and Inductor's compilations, and the tools the tests
 #             start, are work for the CPU's cores); interrupted after
 #             GPU_TESTS_S seconds (default 480: a cold machine's 75 s set-up
@@ -140,7 +141,9 @@ gpu-report-tests:
 	    tests/test_cuda.py -n $(GPU_TESTS_WORKERS) --dist worksteal \
 	    -rA --durations=0 -p no:cacheprovider \
 	    > $(GPU_REPORT)/tests.log 2>&1; status=$$?; \
-	    tail -n 30 $(GPU_REPORT)/tests.log; exit $$status
+	    grep -E '^(PASSED|FAILED|ERROR|SKIPPED)|^[0-9.]+s call|^=+ .* in [0-9.]+s' \
+	        $(GPU_REPORT)/tests.log | grep -vE '^0\.[0-9]+s call'; \
+	    exit $$status
 
 gpu-report-probe:
 	@mkdir -p $(GPU_REPORT)

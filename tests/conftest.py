@@ -317,13 +317,19 @@ def training_replays(monkeypatch):
 
     def capture(step, x, pool):
         pool = object() if pool is None else pool
-        params = tuple(p for p in step.parameters() if p.requires_grad)
-        buffers = pools.setdefault((pool, tuple(map(id, params))),
-                                   [torch.zeros_like(p) for p in params])
+        # the warm-up on leaves of its own, as the real capture's; the
+        # replay takes the parameters and hands its gradients to them (it
+        # reruns the step as the model is now: a graph replays it as it was
+        # at the capture, which only matters for a replay that is dropped)
+        run, leaves, params = cuda_graphs.on_leaves_of_its_own(step)
+        trained = [i for i, p in enumerate(params) if p.requires_grad]
+        buffers = pools.setdefault(
+            (pool, tuple(id(params[i]) for i in trained)),
+            [torch.zeros_like(params[i]) for i in trained])
         for _ in range(3):
-            outs = step(x)
-            torch.autograd.grad(outs, params, [torch.ones_like(o)
-                                               for o in outs],
+            outs = run(x, *leaves)
+            torch.autograd.grad(outs, [leaves[i] for i in trained],
+                                [torch.ones_like(o) for o in outs],
                                 allow_unused=True)
 
         class Replay(torch.autograd.Function):
@@ -336,13 +342,15 @@ def training_replays(monkeypatch):
 
             @staticmethod
             def backward(ctx, *grads):
-                got = torch.autograd.grad(ctx.outs, params, grads,
-                                          allow_unused=True)
-                for buffer, grad in zip(buffers, got):
+                got = torch.autograd.grad(ctx.outs,
+                                          [params[i] for i in trained],
+                                          grads, allow_unused=True)
+                handed = [None] * len(params)
+                for i, buffer, grad in zip(trained, buffers, got):
                     if grad is not None:
                         buffer.copy_(grad)
-                return (None, *(b.detach() if g is not None else None
-                                for b, g in zip(buffers, got)))
+                        handed[i] = buffer.detach()
+                return (None, *handed)
 
         return (lambda x: Replay.apply(x, *params)), pool
     monkeypatch.setattr(cuda_graphs.GraphedTraining, 'capture',

@@ -84,7 +84,9 @@ test: install
 #             steps as the recipes run them (the backbone's fast paths and
 #             cuda_graphs='auto': a fixed size is replayed from its third
 #             step), without CUDA graphs (@eager) and against their
-#             fast_path=False eager baselines
+#             fast_path=False eager baselines; then whole iterations
+#             (@iter: mmengine's train_step, the recipe's AmpOptimWrapper
+#             and its optimizer step included, as a user's log times them)
 #   compiled  the backbone compiled (Inductor, static shapes), whose
 #             compilations take longest: its inference and training rows
 #             (backbone_compiled/), then the probe's compiled rows
@@ -180,10 +182,13 @@ gpu-report-heads:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads --sizes 800x1344 \
 	    --models mask_rcnn_xcit_s12@reference+amp \
 	    mask_rcnn_xcit_s12@amp+eager mask_rcnn_xcit_s12@amp \
-	    mask_rcnn_swin_t@amp --batch 2 --modes train
+	    mask_rcnn_swin_t@amp mask_rcnn_xcit_s12@reference+amp+iter \
+	    mask_rcnn_xcit_s12@amp+iter mask_rcnn_swin_t@amp+iter \
+	    --batch 2 --modes train
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/heads_ade20k --sizes 512x512 \
 	    --models upernet_xcit_s12@reference+amp upernet_xcit_s12@amp+eager \
-	    upernet_xcit_s12@amp --batch 2 --modes train
+	    upernet_xcit_s12@amp upernet_xcit_s12@reference+amp+iter \
+	    upernet_xcit_s12@amp+iter --batch 2 --modes train
 
 gpu-report-compiled:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_compiled --sizes 800x1344 \

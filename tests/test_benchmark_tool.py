@@ -72,8 +72,11 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
     # AMP on the backbone: on a CPU without native bf16 (no AVX512-BF16 /
     # AMX) UperNet's wide 3x3 convolutions in bf16 take PyTorch's slow
     # im2col path, 20 s a step at 64x64
+    # the detector's a whole iteration (mmengine's train_step with the
+    # recipe's optimizer wrapper, fp32 on the CPU), measured in training
+    # only: --modes infer would skip it
     results, table = _run(tmp_path, '--models', 'xcit_nano_12_p16@cp+amp',
-                          'mask_rcnn_xcit_s12@reference',
+                          'mask_rcnn_xcit_s12@reference+iter',
                           'upernet_xcit_s12@always',
                           'xcit_nano_12_p16@openvino',
                           '--sizes', '64x64', '--batch', '2', '--modes',
@@ -89,8 +92,13 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
         assert row['gmac_per_image'] > 0
         assert row['achieved_gflops_per_s'] == pytest.approx(
             2 * row['gmac_per_image'] * 2 / row['seconds'])
+    # the recipe's optimizer wrapper, its parameter groups merged
+    assert (detector['optim_wrapper'], detector['param_groups']) == \
+        ('OptimWrapper', 2)
+    assert 'param_groups' not in segmentor
     assert 'whole training step' in table
-    assert '| mask_rcnn_xcit_s12@reference | 64x64 | 2 | train |' in table
+    assert '| mask_rcnn_xcit_s12@reference+iter | 64x64 | 2 | train |' \
+        in table
     assert '| upernet_xcit_s12@always | 64x64 | 2 | train |' in table
     assert '| xcit_nano_12_p16@cp+amp | 64x64 | 2 | train |' in table
 
@@ -98,7 +106,8 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
 def test_each_variant_against_the_reference_of_its_precision():
     """@amp against @reference+amp, @bf16 against @reference+bf16, the
     fp32 rows against @reference, whichever order the rows came in; a
-    precision without its own reference falls back to fp32's."""
+    precision without its own reference falls back to fp32's; an @iter row
+    against an iteration's reference."""
     from xcit_dense.benchmark.report import ratio_rows
 
     def row(model, seconds, mem):
@@ -121,6 +130,13 @@ def test_each_variant_against_the_reference_of_its_precision():
                         'xcit_nano_12_p16@always': (4.0, 0.5)}
     fp32_only = [results[0], results[3]]
     assert ratio_rows(fp32_only)[0]['speedup'] == 5.0
+    # a whole iteration against an iteration (of its precision, else fp32)
+    iterations = [row('mask_rcnn_xcit_s12@reference+amp', 1.0, 1.0),
+                  row('mask_rcnn_xcit_s12@reference+iter', 3.0, 1.0),
+                  row('mask_rcnn_xcit_s12@amp+iter', 1.5, 1.0),
+                  row('mask_rcnn_xcit_s12@amp', 0.5, 1.0)]
+    assert {r['model']: r['speedup'] for r in ratio_rows(iterations)} == {
+        'mask_rcnn_xcit_s12@amp+iter': 2.0, 'mask_rcnn_xcit_s12@amp': 2.0}
 
 
 def test_graph_pools_idle_memory_counts_toward_the_peak():
@@ -157,9 +173,15 @@ def test_benchmark_rejects_bad_names(tmp_path):
             ('upernet_xcit_s12@cp', 'unknown variant'),
             ('mask_rcnn_swin_t@reference', 'unknown variant'),
             ('xcit_nano_12_p16@reference+always', 'exclude each other'),
-            ('mask_rcnn_xcit_s12@reference+always', 'exclude each other')]:
+            ('mask_rcnn_xcit_s12@reference+always', 'exclude each other'),
+            ('upernet_xcit_s12@openvino+iter', 'a whole training iteration'),
+            ('xcit_nano_12_p16@iter', 'unknown variant')]:
         with pytest.raises(ValueError, match=re.escape(message)):
             tool['parse_model'](name)
+    # an iteration is measured in training only
+    from xcit_dense.benchmark import inferable, trainable
+    assert trainable('mask_rcnn_swin_t@amp+iter')
+    assert not inferable('mask_rcnn_swin_t@amp+iter')
     from xcit_dense.benchmark.builders import recipe_backbone
     for name, fast, graphs in [('always', 'always', 'auto'),
                                ('amp', True, 'auto'),

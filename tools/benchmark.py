@@ -64,7 +64,7 @@ Models:
   swin_t, r50        mmdet's Swin-T and ResNet-50 backbones;
   vit_s16, vit_b16   timm's ViT-S/16 and ViT-B/16, global attention, position
                      embeddings resized to the input;
-  mask_rcnn_xcit_s12[@variant], mask_rcnn_swin_t[@amp]   whole Mask R-CNN
+  mask_rcnn_xcit_s12[@variant], mask_rcnn_swin_t[@amp+iter]   whole Mask R-CNN
       detectors (our configs/coco/mask_rcnn_xcit_s12.py, its backbone as the
       recipe sets it: ``compile_cfg='auto'``, eager today, and
       ``cuda_graphs='auto'``, on CUDA a step replayed from its third call
@@ -77,7 +77,12 @@ Models:
       (backbone ``fast_path='always'``: on CUDA its Triton kernels), eager
       (backbone ``cuda_graphs=False``), amp, bf16
       (inference: ``AutocastPartsHook``'s parts in bf16, backbone, neck and
-      heads, the post-processing between them in fp32), onnxruntime,
+      heads, the post-processing between them in fp32), iter (train only:
+      a whole iteration as mmengine's loop runs it, ``model.train_step``
+      on the data loader's batch with the recipe's optimizer wrapper built
+      as the Runner builds it: data preprocessor, loss, backward,
+      optimizer step; with amp on CUDA mmengine's ``AmpOptimWrapper``, as
+      ``tools/train.py --amp``), onnxruntime,
       openvino (+int8): the whole detector as exported
       (``xcit_dense.deploy.DetectorGraph``, one image, random weights with
       the classifiers sharpened so that 100 detections reach the mask head
@@ -89,7 +94,7 @@ Models:
       backward of the mmseg model (backbone as the recipe sets it) on random
       labels. Variants reference, always (backbone ``fast_path='always'``),
       eager (backbone ``cuda_graphs=False``), compile (inference), amp,
-      onnxruntime, openvino (+int8).
+      iter (train only, as the detectors'), onnxruntime, openvino (+int8).
 
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run, and to its
@@ -106,6 +111,7 @@ import sys
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense.benchmark import (  # noqa: E402
+    inferable,
     parse_model,
     run_measurement,
     trainable,
@@ -212,7 +218,8 @@ def main():
     for rnd, name, size, batch, mode in itertools.product(
             range(args.rounds), args.models, args.sizes, args.batch,
             args.modes):
-        if mode == 'train' and not trainable(name):
+        if (mode == 'train' and not trainable(name)) or \
+                (mode == 'infer' and not inferable(name)):
             continue
         r = run_measurement(name, size, batch, mode, args)
         r['round'] = rnd

@@ -1,8 +1,9 @@
 """Benchmarks of backbones, whole detectors and segmentors: latency, memory
 and multiply-adds by input size, each row measured in a fresh process
 (``tools/benchmark.py`` is the command line)."""
-from .names import parse_model, trainable
+from .names import inferable, parse_model, trainable
 from .report import write_outputs
 from .runs import run_measurement
 
-__all__ = ['parse_model', 'run_measurement', 'trainable', 'write_outputs']
+__all__ = ['inferable', 'parse_model', 'run_measurement', 'trainable',
+           'write_outputs']

@@ -49,13 +49,45 @@ def recipe_backbone(backbone: dict, variants: set) -> None:
         backbone.update(cuda_graphs=False)
 
 
-def build_detector(base: str, variants: set):
+def recipe_config(base: str):
+    """The config of a detector's or segmentor's benchmark name: ours from
+    configs/, mmdet's (``mmdet::``) from the installed mmdet."""
     from mmengine.config import Config
     from mmengine.hub import get_config
+    path = config_path({**DETECTORS, **SEGMENTORS}[base])
+    return get_config(path) if '::' in path else Config.fromfile(path)
+
+
+def build_optim_wrapper(base: str, model, amp: bool, device: str):
+    """The recipe's optimizer wrapper for ``model``, built as mmengine's
+    Runner builds it from the config's ``optim_wrapper`` (its constructor
+    and parameter groups: ours merges those of the same options, mmdet's
+    Swin-T recipe keeps one per parameter), its precision the row's: with
+    ``amp`` on CUDA mmengine's ``AmpOptimWrapper`` (fp16, the loss scale
+    dynamic unless the recipe sets one), as ``tools/train.py --amp`` sets
+    it, else a plain ``OptimWrapper`` (fp32; on the CPU, where mmengine's
+    AMP cannot run, the caller's autocast is around it)."""
+    import copy
+
+    from mmengine.optim import build_optim_wrapper as build
 
     from ..toolkits import use_toolkit
-    path = config_path(DETECTORS[base])
-    cfg = get_config(path) if '::' in path else Config.fromfile(path)
+    wrapper = copy.deepcopy(recipe_config(base).optim_wrapper)
+    if wrapper.get('type', 'OptimWrapper') in ('OptimWrapper',
+                                               'AmpOptimWrapper'):
+        if amp and device == 'cuda':
+            wrapper.type = 'AmpOptimWrapper'
+            wrapper.setdefault('loss_scale', 'dynamic')
+        else:
+            wrapper.type = 'OptimWrapper'
+            wrapper.pop('loss_scale', None)
+    use_toolkit('mmdet' if base in DETECTORS else 'mmseg')
+    return build(model, wrapper)
+
+
+def build_detector(base: str, variants: set):
+    from ..toolkits import use_toolkit
+    cfg = recipe_config(base)
     models = use_toolkit('mmdet').MODELS
     cfg.model.backbone.init_cfg = None  # random weights, no download
     cfg.model.test_cfg.rcnn.score_thr = 0.0  # 100 detections per image
@@ -97,11 +129,9 @@ def build_detector_graph(base: str):
 def build_segmentor(base: str, variants: set, device: str):
     """The mmseg model of a segmentor config (for training steps), random
     weights; SyncBN as BatchNorm on the CPU."""
-    from mmengine.config import Config
-
     from ..runner import replace_syncbn
     from ..toolkits import use_toolkit
-    cfg = Config.fromfile(config_path(SEGMENTORS[base]))
+    cfg = recipe_config(base)
     models = use_toolkit('mmseg').MODELS
     cfg.model.backbone.init_cfg = None  # random weights, no download
     recipe_backbone(cfg.model.backbone, variants)
@@ -141,10 +171,11 @@ def build_exportable(base: str):
     return FeatureGraph(holder, with_neck=False)
 
 
-def segmentation_batch(model, batch: int, h: int, w: int):
-    """Preprocessed random images and labels (150 classes, some pixels
-    ignored) for a segmentor's ``loss``, at ``h`` x ``w`` (not padded to
-    the recipe's crop size)."""
+def segmentation_data(model, batch: int, h: int, w: int) -> dict:
+    """Random images and labels (150 classes, some pixels ignored) as a
+    segmentor's data loader gives them (``train_step``'s input), at ``h`` x
+    ``w`` (the data preprocessor set to pad to that, not to the recipe's
+    crop size)."""
     import torch
     from mmengine.structures import PixelData
     from mmseg.structures import SegDataSample
@@ -158,10 +189,8 @@ def segmentation_batch(model, batch: int, h: int, w: int):
         label[:, :8] = 255
         sample.gt_sem_seg = PixelData(data=label)
         samples.append(sample)
-    data = model.data_preprocessor(dict(
-        inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
-                for _ in range(batch)], data_samples=samples), training=True)
-    return data['inputs'], data['data_samples']
+    return dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
+                        for _ in range(batch)], data_samples=samples)
 
 
 def example_input(base: str, batch: int, size):

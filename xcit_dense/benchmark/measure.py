@@ -20,10 +20,11 @@ from .builders import (
     build_backbone,
     build_detector,
     build_exportable,
+    build_optim_wrapper,
     build_segmentor,
     build_segmentor_graph,
     example_input,
-    segmentation_batch,
+    segmentation_data,
 )
 from .matmul import synchronize
 from .names import DETECTORS, RUNTIMES, SEGMENTORS, parse_model
@@ -32,11 +33,14 @@ from .names import DETECTORS, RUNTIMES, SEGMENTORS, parse_model
 class Subject(NamedTuple):
     """What one measurement runs: ``forward()`` of ``model`` (``None`` for
     an ONNX runtime) on its input ``x`` (``None`` for mm models, which take
-    their own batch), and whether its output is a loss dict."""
+    their own batch), whether its output is a loss dict, and the optimizer
+    wrapper of a whole training iteration (``@iter``: ``forward()`` runs
+    its backward and optimizer step too), else None."""
     model: Optional[torch.nn.Module]
     forward: Callable
     x: Optional[torch.Tensor]
     losses: bool
+    iteration: Optional[object] = None
 
 
 def onnx_file(out_dir: str, model: str, size) -> str:
@@ -107,9 +111,8 @@ def subject(args, base: str, variants: set) -> Subject:
         return Subject(None, lambda: session(x_np), x, False)
     if base in SEGMENTORS and args.mode == 'train':
         model = build_segmentor(base, variants, args.device).to(args.device)
-        inputs, samples = segmentation_batch(model.train(), args.batch, h, w)
-        return Subject(model, lambda: model.loss(inputs, samples), None,
-                       True)
+        data = segmentation_data(model.train(), args.batch, h, w)
+        return _training_subject(args, base, variants, model, data)
     if base in SEGMENTORS:
         torch.manual_seed(0)
         model = build_segmentor_graph(base, variants).to(args.device)
@@ -139,18 +142,42 @@ def _detector_subject(args, base: str, variants: set) -> Subject:
                             with_mask=True)
     for sample in packed['data_samples']:
         sample.set_metainfo(dict(scale_factor=(1.0, 1.0), ori_shape=(h, w)))
-    data = model.data_preprocessor(packed, training=training)
+    if training:
+        return _training_subject(args, base, variants, model, packed)
+    data = model.data_preprocessor(packed)
     inputs, samples = data['inputs'], data['data_samples']
-    run = model.loss if training else model.predict
-    return Subject(model, lambda: run(inputs, samples), None, training)
+    return Subject(model, lambda: model.predict(inputs, samples), None,
+                   False)
+
+
+def _training_subject(args, base: str, variants: set, model,
+                      data: dict) -> Subject:
+    """A detector's or segmentor's training on ``data`` (a batch as the
+    data loader gives it). ``@iter``: ``model.train_step`` with the
+    recipe's optimizer wrapper, a whole iteration as mmengine's loop runs
+    it (the data preprocessor, the loss, its backward, the optimizer's step
+    and the gradients cleared); else the loss of the batch preprocessed
+    once, the step adding its backward."""
+    if 'iter' in variants:
+        wrapper = build_optim_wrapper(base, model, 'amp' in variants,
+                                      args.device)
+        return Subject(model, lambda: model.train_step(data, wrapper), None,
+                       True, iteration=wrapper)
+    data = model.data_preprocessor(data, training=True)
+    inputs, samples = data['inputs'], data['data_samples']
+    return Subject(model, lambda: model.loss(inputs, samples), None, True)
 
 
 def step_of(item: Subject, args, variants: set) -> Callable:
-    """One timed step: inference without autograd, or a training step (the
-    loss, or the sum of the outputs, backward); ``@amp`` under autocast as
-    mmengine's ``AmpOptimWrapper.optim_context``."""
+    """One timed step: inference without autograd, a training step (the
+    loss, or the sum of the outputs, backward), or a whole iteration
+    (``@iter``); ``@amp`` under autocast as mmengine's
+    ``AmpOptimWrapper.optim_context`` (an iteration on CUDA: in its own
+    ``AmpOptimWrapper``)."""
     forward = item.forward
-    if 'amp' in variants:
+    # a training iteration on CUDA autocasts in its AmpOptimWrapper (fp16)
+    if 'amp' in variants and not (item.iteration is not None and
+                                  args.device == 'cuda'):
         dtype = torch.float16 if args.device == 'cuda' else torch.bfloat16
 
         def forward():
@@ -161,6 +188,8 @@ def step_of(item: Subject, args, variants: set) -> Callable:
             with torch.no_grad():
                 return forward()
         return step
+    if item.iteration is not None:
+        return forward
 
     def train_step():
         item.model.zero_grad(set_to_none=True)
@@ -225,6 +254,9 @@ def measure_here(args) -> dict:
                device=args.device)
     row.update(timed(step_of(item, args, variants), args))
     row.update(fallbacks(item.model))
+    if item.iteration is not None:  # what the iteration's step ran
+        row.update(optim_wrapper=type(item.iteration).__name__,
+                   param_groups=len(item.iteration.optimizer.param_groups))
     out = row.pop('out')
     # counted after the peak memory is read: the counters trace the model
     if item.model is None or (base in SEGMENTORS and not item.losses):

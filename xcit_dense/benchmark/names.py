@@ -14,10 +14,10 @@ SEGMENTORS = {
 }
 XCIT_VARIANTS = ('reference', 'always', 'compile', 'graphs', 'bf16', 'cp',
                  'amp', 'published') + RUNTIMES
-SEGMENTOR_VARIANTS = ('reference', 'always', 'eager', 'compile', 'amp') + \
-    RUNTIMES + ('int8', )
-DETECTOR_VARIANTS = ('reference', 'always', 'eager', 'amp', 'bf16') + \
-    RUNTIMES + ('int8', )
+SEGMENTOR_VARIANTS = ('reference', 'always', 'eager', 'compile', 'amp',
+                      'iter') + RUNTIMES + ('int8', )
+DETECTOR_VARIANTS = ('reference', 'always', 'eager', 'amp', 'bf16',
+                     'iter') + RUNTIMES + ('int8', )
 
 
 def config_path(path: str) -> str:
@@ -64,7 +64,7 @@ def parse_model(name: str):
         return base, variants
     if base in DETECTORS:
         allowed = DETECTOR_VARIANTS if base == 'mask_rcnn_xcit_s12' \
-            else ('amp',)
+            else ('amp', 'iter')
         if variants - set(allowed):
             raise ValueError(f'unknown variant(s) '
                              f'{sorted(variants - set(allowed))} in '
@@ -87,6 +87,9 @@ def _check_runtime(name: str, variants: set) -> None:
     """A runtime runs the exported graph, fp32 or (``int8``) quantized; it
     takes no other variant, and ``int8`` needs a runtime."""
     runtimes = variants & set(RUNTIMES)
+    if 'iter' in variants and (runtimes or 'int8' in variants):
+        raise ValueError(f"{name!r}: 'iter' is a whole training iteration; "
+                         f"a runtime ({', '.join(RUNTIMES)}) runs inference")
     if 'int8' in variants and not runtimes:
         raise ValueError(f'{name!r}: int8 is a quantized export; name the '
                          f'runtime that runs it ({", ".join(RUNTIMES)})')
@@ -104,3 +107,8 @@ def trainable(name: str) -> bool:
     if base in SEGMENTORS and 'compile' in variants:
         return False
     return not variants & set(RUNTIMES)
+
+
+def inferable(name: str) -> bool:
+    """Measured in inference too: not a training iteration (``iter``)."""
+    return 'iter' not in parse_model(name)[1]

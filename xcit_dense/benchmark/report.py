@@ -28,7 +28,8 @@ def ratio_rows(results, against: str = 'reference'):
     variant against its ``@reference`` (``against='reference'``; the
     reference with the same precision variant, ``@reference+amp`` for
     ``@amp`` and ``@reference+bf16`` for ``@bf16``, where it was measured,
-    else the fp32 one), each row of an XCiT against the published backbone
+    else the fp32 one; a whole iteration, ``@iter``, against an iteration),
+    each row of an XCiT against the published backbone
     (``'published'``: ``@published``, ``@published+amp`` likewise), or
     each runtime row against the eager PyTorch row of its model
     (``'eager'``)."""
@@ -50,15 +51,15 @@ def ratio_rows(results, against: str = 'reference'):
         # the published backbone is XCiT's: not the detectors' baseline
         return against == 'reference' or parts(r)[0].startswith('xcit_')
 
-    def precision(r):
-        return frozenset(parts(r)[1] & PRECISIONS)
+    def kind(r):  # its precision, and whether it is a whole iteration
+        return frozenset(parts(r)[1] & (PRECISIONS | {'iter'}))
 
-    refs = {key(r, precision(r)): r for r in results
+    refs = {key(r, kind(r)): r for r in results
             if 'error' not in r and is_baseline(r)}
     rows = []
     for r in results:
-        ref = refs.get(key(r, precision(r))) or \
-            refs.get(key(r, frozenset()))
+        ref = refs.get(key(r, kind(r))) or \
+            refs.get(key(r, kind(r) - PRECISIONS))
         if ref is None or r is ref or 'error' in r or not compared(r) or \
                 is_baseline(r):
             continue

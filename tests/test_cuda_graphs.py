@@ -211,6 +211,28 @@ def test_a_failed_capture_runs_eagerly_and_says_so_once(monkeypatch):
     assert 'cuda_graphs=False' in messages[0]
 
 
+def test_the_first_error_of_a_chain_as_a_traceback_shows_it():
+    """What a failed capture's warning names: the first error of the chain
+    (its cause, or the error being handled when it was raised), not one
+    that ``raise ... from None`` hid; the error itself without a chain."""
+    from xcit_dense.errors import first_cause
+
+    def raised(hide):
+        try:
+            try:
+                raise KeyError('first')
+            except KeyError:
+                if hide:
+                    raise ValueError('second') from None
+                raise ValueError('second')
+        except ValueError as error:
+            return error
+    assert isinstance(first_cause(raised(hide=False)), KeyError)
+    assert isinstance(first_cause(raised(hide=True)), ValueError)
+    alone = RuntimeError('alone')
+    assert first_cause(alone) is alone
+
+
 def test_a_model_that_changes_on_every_call_stops_the_graphs(replays):
     """A module that sets an attribute in its forward would be captured on
     every call: after 3 calls in a row the graphs stop, said once."""

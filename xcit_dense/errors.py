@@ -55,15 +55,17 @@ def first_line(error: BaseException) -> str:
 
 
 def first_cause(error: BaseException) -> BaseException:
-    """The first error of ``error``'s chain: the one raised while nothing
-    was being handled (``error`` itself if it has no cause or context).
+    """The first error of ``error``'s chain as a traceback shows it (its
+    ``__cause__``, else its ``__context__`` unless ``from None`` hid it):
+    ``error`` itself if there is none.
     A CUDA graph's capture that a forward's error broke ends with an error
     of its own ("operation failed due to a previous error during
     capture"), raised while the forward's was handled: that first error
     says what broke it."""
     seen = {id(error)}
     while True:
-        earlier = error.__cause__ or error.__context__
+        earlier = error.__cause__ or (
+            None if error.__suppress_context__ else error.__context__)
         if earlier is None or id(earlier) in seen:
             return error
         seen.add(id(earlier))

@@ -174,7 +174,10 @@ def main():
     args = parser.parse_args()
     size = tuple(map(int, args.size.split('x')))
     for name in args.models:  # bad names before anything is built
-        parse_model(name)
+        try:
+            parse_model(name)
+        except ValueError as error:
+            parser.error(str(error))
     os.makedirs(args.out, exist_ok=True)
     results = osp.join(args.out, 'iteration_probe.jsonl')
     open(results, 'w').close()

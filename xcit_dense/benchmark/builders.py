@@ -117,11 +117,9 @@ def sharpen_classifiers(detector):
 def build_detector_graph(base: str):
     """The whole detector as exported (image in, detections out), random
     weights (seeded by the caller), classifiers sharpened."""
-    from mmengine.config import Config
-
     from ..deploy import DetectorGraph
     from ..inference import init_model
-    cfg = Config.fromfile(config_path(DETECTORS[base]))
+    cfg = recipe_config(base)
     cfg.model.backbone.init_cfg = None  # random weights, no download
     return DetectorGraph(sharpen_classifiers(init_model(cfg, None)))
 
@@ -143,11 +141,9 @@ def build_segmentor(base: str, variants: set, device: str):
 def build_segmentor_graph(base: str, variants: set):
     """The whole segmentor as exported (image in, logits and labels out),
     random weights (seeded by the caller)."""
-    from mmengine.config import Config
-
     from ..deploy import SegmentorGraph
     from ..inference import init_model
-    cfg = Config.fromfile(config_path(SEGMENTORS[base]))
+    cfg = recipe_config(base)
     cfg.model.backbone.init_cfg = None  # random weights, no download
     cfg.model.backbone.fast_path = 'always' if 'always' in variants \
         else 'reference' not in variants

@@ -11,19 +11,15 @@ from conftest import REPO, logged
 def _build(config, rate):
     from mmengine.config import Config
     from mmengine.optim import build_optim_wrapper
-    from mmengine.registry import init_default_scope
 
     import xcit_dense  # noqa: F401
+    from xcit_dense.benchmark.builders import optim_wrapper_config
+    from xcit_dense.toolkits import use_toolkit
     cfg = Config.fromfile(str(REPO / config))
-    init_default_scope(cfg.default_scope)
-    if cfg.default_scope == 'mmseg':
-        from mmseg.registry import MODELS
-    else:
-        from mmdet.registry import MODELS
     cfg.model.backbone.init_cfg = None
-    model = MODELS.build(cfg.model)
-    wrapper = dict(cfg.optim_wrapper, type='OptimWrapper')
-    wrapper.pop('loss_scale', None)
+    model = use_toolkit(cfg.default_scope).MODELS.build(cfg.model)
+    wrapper = optim_wrapper_config(cfg.optim_wrapper, amp=False,
+                                   device='cpu')
     wrapper['paramwise_cfg'] = dict(wrapper.get('paramwise_cfg') or {},
                                     layer_decay_rate=rate)
     return model, build_optim_wrapper(model, wrapper), cfg

@@ -52,12 +52,13 @@ def build(config: str, device: str, foreach: bool):
     from mmengine.config import Config
 
     import xcit_dense  # noqa: F401
+    from xcit_dense.benchmark.builders import optim_wrapper_config
     from xcit_dense.toolkits import use_toolkit
     cfg = Config.fromfile(config)
     cfg.model.backbone.init_cfg = None
     model = use_toolkit(cfg.default_scope).MODELS.build(cfg.model).to(device)
-    wrapper = dict(cfg.optim_wrapper, type='OptimWrapper')
-    wrapper.pop('loss_scale', None)
+    wrapper = optim_wrapper_config(cfg.optim_wrapper, amp=False,
+                                   device=device)
     if foreach:
         wrapper['optimizer'] = dict(wrapper['optimizer'], foreach=True)
     return model, wrapper

@@ -58,29 +58,38 @@ def recipe_config(base: str):
     return get_config(path) if '::' in path else Config.fromfile(path)
 
 
-def build_optim_wrapper(base: str, model, amp: bool, device: str):
-    """The recipe's optimizer wrapper for ``model``, built as mmengine's
-    Runner builds it from the config's ``optim_wrapper`` (its constructor
-    and parameter groups: ours merges those of the same options, mmdet's
-    Swin-T recipe keeps one per parameter), its precision the row's: with
-    ``amp`` on CUDA mmengine's ``AmpOptimWrapper`` (fp16, the loss scale
-    dynamic unless the recipe sets one), as ``tools/train.py --amp`` sets
-    it, else a plain ``OptimWrapper`` (fp32; on the CPU, where mmengine's
-    AMP cannot run, the caller's autocast is around it)."""
+def optim_wrapper_config(optim_wrapper, amp: bool, device: str) -> dict:
+    """A copy of a config's ``optim_wrapper`` (its constructor and
+    parameter groups as the recipe sets them) at a precision: with ``amp``
+    on CUDA mmengine's ``AmpOptimWrapper`` (fp16, the loss scale dynamic
+    unless the recipe sets one), as ``tools/train.py --amp`` sets it, else a
+    plain ``OptimWrapper`` (fp32; on the CPU, where mmengine's AMP cannot
+    run, a caller's autocast is around it). A wrapper of another type is
+    kept."""
     import copy
-
-    from mmengine.optim import build_optim_wrapper as build
-
-    from ..toolkits import use_toolkit
-    wrapper = copy.deepcopy(recipe_config(base).optim_wrapper)
+    wrapper = copy.deepcopy(dict(optim_wrapper))
     if wrapper.get('type', 'OptimWrapper') in ('OptimWrapper',
                                                'AmpOptimWrapper'):
         if amp and device == 'cuda':
-            wrapper.type = 'AmpOptimWrapper'
+            wrapper['type'] = 'AmpOptimWrapper'
             wrapper.setdefault('loss_scale', 'dynamic')
         else:
-            wrapper.type = 'OptimWrapper'
+            wrapper['type'] = 'OptimWrapper'
             wrapper.pop('loss_scale', None)
+    return wrapper
+
+
+def build_optim_wrapper(base: str, model, amp: bool, device: str):
+    """The recipe's optimizer wrapper for ``model``, built as mmengine's
+    Runner builds it from the config's ``optim_wrapper`` (ours merges the
+    parameter groups of the same options, mmdet's Swin-T recipe keeps one
+    per parameter), its precision the row's (:func:`optim_wrapper_config`).
+    """
+    from mmengine.optim import build_optim_wrapper as build
+
+    from ..toolkits import use_toolkit
+    wrapper = optim_wrapper_config(recipe_config(base).optim_wrapper, amp,
+                                   device)
     use_toolkit('mmdet' if base in DETECTORS else 'mmseg')
     return build(model, wrapper)
 

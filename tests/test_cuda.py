@@ -511,6 +511,65 @@ def test_a_failed_capture_leaves_training_as_it_was(no_tf32):
                      r'forward\)', messages[0]), messages[0]
 
 
+def _pin_memory_loop(done, errors, pinned):
+    """What a data loader's pinning thread does (named, as PyTorch's
+    DataLoader's is, after its target): page-locked buffers allocated and
+    copied to the GPU without blocking on a stream of its own, so that
+    their reuse queries the copies' events, every millisecond."""
+    stream = torch.cuda.Stream()
+    try:
+        while not done.wait(0.001):
+            host = torch.empty(1 << (16 + len(pinned) % 4), dtype=torch.uint8,
+                               pin_memory=True)
+            with torch.cuda.stream(stream):
+                host.to('cuda', non_blocking=True)
+            pinned.append(1)
+    except Exception as error:  # asserted to be none
+        errors.append(error)
+
+
+def test_captures_beside_a_thread_that_pins_memory(no_tf32):
+    """A data loader with ``pin_memory=True`` pins its batches in a thread
+    of its own; in CUDA's default global capture mode that thread's calls
+    during a capture break the capture and fail themselves (the loader
+    raises at its next batch). Inference captures in thread-local mode:
+    captured and replayed beside the thread, whose calls all succeed;
+    training steps are captured in that mode where
+    ``make_graphed_callables`` can, else run eagerly, said once."""
+    import threading
+
+    from xcit_dense.models import cuda_graphs
+    done, errors, pinned = threading.Event(), [], []
+    thread = threading.Thread(target=_pin_memory_loop,
+                              args=(done, errors, pinned), daemon=True)
+    thread.start()
+    try:
+        assert cuda_graphs.pinning_threads()
+        net = randomized(cuda_graphs=True).cuda().eval()
+        x = torch.randn(2, 3, 64, 96, device='cuda')
+        with torch.no_grad():
+            refs = randomized().cuda().eval()(x)
+            for _ in range(3):
+                outs = net(x)
+        assert net.graphs.captures == 1 and net.graphs.failure is None
+        for out, ref in zip(outs, refs):
+            assert _relative(out, ref) < 1e-5
+        net = randomized(cuda_graphs='train').cuda().train()
+        with logged(level=logging.WARNING) as messages:
+            for _ in range(4):
+                sum(o.sum() for o in net(x)).backward()
+        torch.cuda.synchronize()
+        if cuda_graphs.TRAINING_CAPTURE_THREAD_LOCAL:
+            assert net.training_graphs.captures == 1 and messages == []
+        else:
+            assert net.training_graphs.captures == 0
+            assert len(messages) == 1 and 'pin_memory=True' in messages[0]
+    finally:
+        done.set()
+        thread.join()
+    assert errors == [] and len(pinned) > 10
+
+
 def test_mmcv_ops_run_on_cuda():
     from mmcv.ops import RoIAlign, nms
     torch.manual_seed(0)

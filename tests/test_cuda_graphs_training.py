@@ -7,6 +7,7 @@ autograd node whose forward and backward rerun the module); a real capture
 needs CUDA: tests/test_cuda.py."""
 import copy
 import logging
+import queue
 
 import pytest
 import torch
@@ -297,6 +298,62 @@ def test_auto_runs_what_cannot_be_captured_eagerly_with_a_note(
     assert replays == [] and net.training_graphs.captures == 0
     assert warnings == [] and len(notes) == 1
     assert 'with_cp' in notes[0] and 'Set ' not in notes[0]
+
+
+@pytest.fixture
+def pinning_loader(monkeypatch):
+    """A torch DataLoader with ``pin_memory=True`` and a worker, iterated:
+    its pinning thread started by the DataLoader itself, as on a GPU
+    machine (the accelerator's presence faked, the thread's loop a
+    stand-in that passes the batches on unpinned); stopped at the end."""
+    from torch.utils.data import DataLoader
+    from torch.utils.data._utils import pin_memory
+
+    def _pin_memory_loop(in_queue, out_queue, device_id, done, device):
+        while not done.is_set():
+            try:
+                out_queue.put(in_queue.get(timeout=0.1))
+            except queue.Empty:
+                pass
+
+    monkeypatch.setattr(pin_memory, '_pin_memory_loop', _pin_memory_loop)
+    monkeypatch.setattr(torch.accelerator, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.accelerator, 'current_accelerator',
+                        lambda: torch.device('cuda'))
+    monkeypatch.setattr(torch.accelerator, 'current_device_index', lambda: 0)
+    batches = iter(DataLoader(range(8), num_workers=1, pin_memory=True))
+    next(batches)
+    yield batches
+    list(batches)  # at its end the iterator stops its worker and thread
+    assert not cuda_graphs.pinning_threads()
+
+
+def test_a_pinning_data_loader_keeps_training_steps_eager(
+        replays, pinning_loader, monkeypatch):
+    """While a data loader pins memory in a thread of its own, a capture in
+    CUDA's global mode (``make_graphed_callables`` without
+    ``capture_error_mode``) would be broken by the thread's allocations,
+    which would fail too and end the run at the loader's next batch: the
+    training steps run eagerly, said once; a thread-local capture is taken
+    beside it."""
+    assert cuda_graphs.pinning_threads(), 'the DataLoader named it anew'
+    monkeypatch.setattr(cuda_graphs, 'TRAINING_CAPTURE_THREAD_LOCAL', False)
+    net, eager = model(), model(cuda_graphs=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
+    with logged(level=logging.WARNING) as messages:
+        for _ in range(4):
+            same_steps(net, eager, opts)
+    assert replays == [] and net.training_graphs.captures == 0
+    assert len(messages) == 1 and 'pin_memory=True' in messages[0], messages
+    assert '_pin_memory_loop' in messages[0]
+
+    monkeypatch.setattr(cuda_graphs, 'TRAINING_CAPTURE_THREAD_LOCAL', True)
+    net = model()
+    with logged(level=logging.WARNING) as messages:
+        for _ in range(4):
+            step(net, opts[0])
+    assert messages == [] and net.training_graphs.captures == 1
+    assert len(replays) == 2
 
 
 def test_a_capture_runs_the_step_on_leaves_of_its_own():

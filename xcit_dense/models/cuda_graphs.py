@@ -17,7 +17,9 @@ memory it holds) and the graph of the model as it is now is replayed.
 In-place updates of parameters and buffers (an optimizer step,
 ``load_state_dict``) are read by the replay itself. Inference: eval mode,
 no gradient, not under ``torch.compile`` (whose ``mode='reduce-overhead'``
-graphs its own).
+graphs its own). Captured in CUDA's thread-local mode: other threads' CUDA
+calls (a data loader's pinning thread allocating page-locked memory)
+neither break the capture nor fail, as under the default global mode.
 
 Training steps (``XCiT(cuda_graphs='train')``, :class:`GraphedTraining`):
 the forward and its backward of an input seen :data:`MIN_REPEATS` times
@@ -35,7 +37,10 @@ and the next replay would overwrite (gradients accumulated over steps, or
 into a ``.grad`` zeroed in place, would come out wrong). As in inference, the
 graph last replayed for an input is launched before the model is looked
 at; if the model changed, that replay is dropped and the BatchNorm
-statistics it updated are restored.
+statistics it updated are restored. Where ``make_graphed_callables``
+captures only in the global mode (no ``capture_error_mode``: PyTorch 2.11
+and 2.12), no step is captured while a data loader pins memory
+(:func:`not_graphable`).
 
 ``XCiT(cuda_graphs='auto')`` (the recipes') replays what the policy lists
 for the device (:data:`xcit_dense.models.policy.GRAPHS`) and captures only
@@ -64,9 +69,11 @@ code that raised it.
 """
 import contextlib
 import functools
+import inspect
 import logging
 import operator
 import os.path as osp
+import threading
 import weakref
 from collections import OrderedDict, deque
 from typing import (
@@ -112,6 +119,11 @@ MIN_REPEATS = 3
 MAX_TRAINING_GRAPHS = 2
 #: training graphs kept under ``cuda_graphs='auto'``
 AUTO_TRAINING_GRAPHS = 1
+#: ``make_graphed_callables`` can capture in CUDA's thread-local mode (its
+#: ``capture_error_mode``: newer PyTorch); else it captures in the global
+#: mode, which other threads' CUDA calls break (:func:`not_graphable`)
+TRAINING_CAPTURE_THREAD_LOCAL = 'capture_error_mode' in inspect.signature(
+    torch.cuda.make_graphed_callables).parameters
 
 Outputs = Tuple[torch.Tensor, ...]
 
@@ -329,8 +341,12 @@ def capture_cuda(forward: Callable[[torch.Tensor], Outputs],
     graph = torch.cuda.CUDAGraph()
     # on the input's GPU, whichever is current (the default capture stream
     # is the current device's)
+    # thread-local: another thread's CUDA calls (a data loader's pinning
+    # thread allocating page-locked memory) neither break the capture nor
+    # fail themselves, as they would under the default global mode
     with torch.cuda.device(x.device), _put_back_if_failed(x.device), \
-            torch.cuda.graph(graph, pool=pool, stream=stream), autocast:
+            torch.cuda.graph(graph, pool=pool, stream=stream,
+                             capture_error_mode='thread_local'), autocast:
         outs = forward(static)
     return static, tuple(outs), graph.replay, graph.pool()
 
@@ -539,19 +555,35 @@ def capture_training_cuda(step: nn.Module, x: torch.Tensor, pool
     if pool is None:
         pool = torch.cuda.graph_pool_handle()
     run, leaves, params = on_leaves_of_its_own(step)
+    mode = dict(capture_error_mode='thread_local') \
+        if TRAINING_CAPTURE_THREAD_LOCAL else {}
     with _put_back_if_failed(x.device), _autocast_as_now(x.device.type):
         sample = x.detach().clone().requires_grad_(x.requires_grad)
         graphed = torch.cuda.make_graphed_callables(
-            run, (sample, *leaves), allow_unused_input=True, pool=pool)
+            run, (sample, *leaves), allow_unused_input=True, pool=pool,
+            **mode)
     # the parameters share the leaves' memory: nothing is copied in
     return (lambda x: graphed(x, *params)), pool
+
+
+def pinning_threads() -> List[str]:
+    """The names of the threads of data loaders that copy their batches
+    into page-locked memory (``pin_memory=True``): PyTorch's DataLoader
+    starts one per iterator, unnamed, so Python names it after its target,
+    ``_pin_memory_loop``."""
+    return [thread.name for thread in threading.enumerate()
+            if thread.name.endswith('(_pin_memory_loop)')]
 
 
 def not_graphable(model: nn.Module) -> Optional[str]:
     """Why ``model``'s training step cannot be captured, or None: gradient
     checkpointing (its recomputation saves and restores random states, which
-    a capture cannot), or SyncBatchNorm between processes (collectives
-    inside a graph are not set up here)."""
+    a capture cannot), SyncBatchNorm between processes (collectives
+    inside a graph are not set up here), or a data loader's pinning thread
+    while ``make_graphed_callables`` captures in CUDA's global mode (the
+    thread's allocations of page-locked memory during the capture would
+    break it and fail themselves, and the loader would raise their error
+    at its next batch: the run would end)."""
     distributed = torch.distributed.is_available() and \
         torch.distributed.is_initialized() and \
         torch.distributed.get_world_size() > 1
@@ -560,6 +592,13 @@ def not_graphable(model: nn.Module) -> Optional[str]:
             return 'gradient checkpointing (with_cp) is on'
         if distributed and isinstance(module, nn.SyncBatchNorm):
             return 'SyncBatchNorm synchronises between processes'
+    pinning = [] if TRAINING_CAPTURE_THREAD_LOCAL else pinning_threads()
+    if pinning:
+        return (f'a data loader pins memory in a thread of its own '
+                f'({pinning[0]}: pin_memory=True), whose CUDA calls would '
+                f'break a capture in the global mode that this PyTorch\'s '
+                f'make_graphed_callables captures in (pin_memory=False keeps '
+                f'the training graphs)')
     return None
 
 

@@ -570,6 +570,30 @@ def test_captures_beside_a_thread_that_pins_memory(no_tf32):
     assert errors == [] and len(pinned) > 10
 
 
+def test_benchmark_rows_on_cuda(tmp_path):
+    """``tools/benchmark.py --device cuda`` as ``make gpu-report`` runs it,
+    at a tiny size: AMP training steps of the backbone, straightforward and
+    default, timed with their host part (until the step returned to the
+    CPU: at most the whole), the GPU's peak memory, the Triton kernels
+    run, and the ratio between them."""
+    import json
+    proc = run_tool('tools/benchmark.py', '--device', 'cuda', '--models',
+                    'xcit_nano_12_p16@reference+amp', 'xcit_nano_12_p16@amp',
+                    '--sizes', '64x96', '--batch', '2', '--modes', 'train',
+                    '--repeat', '3', '--warmup', '2', '--matmul-size', '1024',
+                    '--out-dir', tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / 'results.json').read_text())
+    reference, default = results['results']
+    for row in (reference, default):
+        assert 'error' not in row, row
+        assert 0 < row['host_seconds'] <= row['seconds'], row
+        assert row['peak_mem_gib'] > 0 and row['achieved_gflops_per_s'] > 0
+    assert set(default['triton_kernels'].values()) == {'ran'}, default
+    assert '| xcit_nano_12_p16@amp | 64x96 | 2 | train |' in \
+        (tmp_path / 'results.md').read_text()
+
+
 def test_mmcv_ops_run_on_cuda():
     from mmcv.ops import RoIAlign, nms
     torch.manual_seed(0)

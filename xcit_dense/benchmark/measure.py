@@ -202,7 +202,11 @@ def step_of(item: Subject, args, variants: set) -> Callable:
 
 def timed(step: Callable, args) -> Dict:
     """Times (median after warm-up, the first call apart) and peak memory
-    of ``step``; ``'out'``: the last step's output. On CUDA the peak is the
+    of ``step``; ``'out'``: the last step's output. On CUDA also the
+    median time until the step returned to the CPU, before the wait for
+    the GPU (``host_seconds``: near the whole time, the GPU waited for the
+    CPU's launches, or for a value the step read back from it; well below,
+    the CPU waited for the GPU), and the peak is the
     timed steps' (not a compilation's or a graph capture's during the
     warm-up): the most memory allocated at once, plus the memory CUDA
     graphs' private pools hold unallocated (a replayed graph's activations
@@ -213,7 +217,7 @@ def timed(step: Callable, args) -> Dict:
         base_mem = torch.cuda.memory_allocated() / 2**30
     else:
         base_mem = _rss_gib()
-    times, row, out = [], {}, None
+    times, returned, row, out = [], [], {}, None
     for i in range(args.warmup + args.repeat):
         if i == args.warmup and args.device == 'cuda':
             torch.cuda.reset_peak_memory_stats()
@@ -221,12 +225,15 @@ def timed(step: Callable, args) -> Dict:
         synchronize(args.device)
         start = time.perf_counter()
         out = step()
+        back = time.perf_counter()
         synchronize(args.device)
         if i == 0:
             row['first_call_s'] = time.perf_counter() - start
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
+            returned.append(back - start)
     if args.device == 'cuda':
+        row['host_seconds'] = statistics.median(returned)
         idle = idle_graph_pool_bytes(torch.cuda.memory._snapshot()) / 2**30
         peak = torch.cuda.max_memory_allocated() / 2**30 + idle
         row['memory'] = 'cuda max allocated + idle graph pools'

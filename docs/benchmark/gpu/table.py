@@ -9,8 +9,9 @@ and peak memory against the straightforward computation of the same
 precision in the same run (``@reference`` / ``@reference+amp``), against
 the published backbone where the run measured it (``@published`` /
 ``@published+amp``), and the achieved TFLOP/s beside the GPU's measured
-matmul rate; above it, the GPU,
-PyTorch, CUDA and the command. Rows that failed show their error. After
+matmul rate; beside the time, where the row has it, its host part (until
+the step returned to the CPU, before the wait for the GPU); above it, the
+GPU, PyTorch, CUDA and the command. Rows that failed show their error. After
 them, from ``tile_sweep.jsonl`` (``STEP=tiles``), the Triton kernels'
 default tiles against the fastest candidate, per part and dtype. Run::
 
@@ -144,8 +145,11 @@ def table(report: str) -> str:
             if otherwise:
                 head = f'| {r["model"]} ({otherwise}) | {size} | ' \
                     f'{r["batch"]} | {r["mode"]} |'
+            host = r.get('host_seconds')
             lines.append(
-                f'{head} {1e3 * r["seconds"]:.1f} | '
+                f'{head} {1e3 * r["seconds"]:.1f}'
+                + (f' (host {1e3 * host:.1f})' if host is not None else '')
+                + ' | '
                 + (f'{ratio["speedup"]:.2f}x' if ratio else '') + ' | '
                 + ((f'{versus["speedup"]:.2f}x' if versus else '') + ' | '
                    if published else '') +

@@ -253,6 +253,27 @@ LONGEST_FILES = (  # per-file work measured on 2026-11-25 (2-core EPYC)
     'test_compile_kernels.py', 'test_gpu_report.py', 'test_xca_kernels.py')
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        'markers', 'sizes_matter: XCA takes its second moments only for '
+        'the inputs the package takes them for (see second_moments_at_'
+        'any_size)')
+
+
+@pytest.fixture(autouse=True)
+def second_moments_at_any_size(request, monkeypatch):
+    """XCA takes its second moments for any number of tokens (where the
+    switches and the policy let it), as the package does for the large
+    inputs on which they are faster (:func:`xcit_dense.models.ops.
+    second_moments.pays`): the tests' inputs are tiny, and what they check
+    of that fast path (its arithmetic, switches, dtypes, what it saves)
+    would otherwise see the straightforward computation. Tests marked
+    ``sizes_matter`` (the size rule's own) keep the package's rule."""
+    if request.node.get_closest_marker('sizes_matter') is None:
+        from xcit_dense.models.ops import second_moments
+        monkeypatch.setattr(second_moments, 'pays', lambda x: True)
+
+
 def pytest_collection_modifyitems(config, items):
     """The files of :data:`LONGEST_FILES` first, in its order; each file's
     tests in their own order."""

@@ -115,6 +115,45 @@ def test_every_part_follows_its_own_row(taken, monkeypatch):
         assert_outputs_close(out, ref)
 
 
+@pytest.mark.sizes_matter
+def test_second_moments_only_for_enough_tokens(taken):
+    """On the CPU XCA computes from the second moments of its input only
+    where they take less time than its four token GEMMs
+    (``second_moments.MIN_TOKENS_PER_CHANNEL``, measured): from 1.5 tokens
+    per channel in fp32 inference, 2 in training; under bf16 autocast from
+    4 in inference, 2 in training; below, the straightforward computation,
+    as for the demos' 128x128 images and the tiny inputs of a smoke test;
+    ``'always'`` takes them at any size. Either gives the straightforward
+    outputs."""
+    attn = randomized().blocks[0].attn.eval()
+    channels = attn.qkv.in_features
+
+    def second_moments(tokens, setting=True, autocast=False, grad=False):
+        x = torch.randn(2, tokens, channels,
+                        generator=torch.Generator().manual_seed(tokens))
+        taken.clear()
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast), \
+                torch.set_grad_enabled(grad):
+            attn.use_fast_path = setting
+            out = attn(x)
+            attn.use_fast_path = False
+            ref = attn(x)
+        attn.use_fast_path = True
+        if not autocast:
+            torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        return 'XCA' in taken
+
+    least = int(1.5 * channels)
+    assert not second_moments(least - 1) and second_moments(least)
+    assert not second_moments(2 * channels - 1, grad=True)
+    assert second_moments(2 * channels, grad=True)
+    assert second_moments(16, 'always') and not second_moments(16)
+    assert not second_moments(4 * channels - 1, autocast=True)
+    assert second_moments(4 * channels, autocast=True)
+    assert not second_moments(2 * channels - 1, autocast=True, grad=True)
+    assert second_moments(2 * channels, autocast=True, grad=True)
+
+
 def test_setting_always_runs_where_the_policy_says_no(taken, monkeypatch):
     monkeypatch.setattr(policy, 'POLICY', {
         part: dict(row, cpu=frozenset()) for part, row in

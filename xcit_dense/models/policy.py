@@ -13,7 +13,9 @@ when :func:`applies` says so:
    for that part on the input's device, eagerly or under ``torch.compile``;
 
 and the module then checks its own parts and state (exact child types,
-dropout that is really inactive, ...) before it uses them.
+dropout that is really inactive, ...) before it uses them, and, where a
+fast path pays only for large enough inputs, the input's size (XCA's
+second moments, :func:`.ops.second_moments.pays`; not under ``'always'``).
 
 Switch values: ``True`` (default) where :data:`POLICY` says it pays;
 ``'always'`` wherever it can run, whatever the device (for tests and
@@ -228,6 +230,13 @@ def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
         return False
     return setting == 'always' or pays(
         cls.__name__, x.device.type, torch.compiler.is_compiling())
+
+
+def forced(module: nn.Module) -> bool:
+    """The setting for ``module`` is ``'always'``: its fast path runs
+    wherever it can, also for inputs for which the module's own measure
+    says it does not pay (XCA's second moments for few tokens)."""
+    return combined(SWITCHES.fast_path, module.use_fast_path) == 'always'
 
 
 def compile_options(device_type: str) -> Optional[dict]:

@@ -34,9 +34,12 @@ class XCA(TimmXCA):
       second moments of the input, folded with the value and output
       projections into one C x C matrix per image
       (:mod:`.ops.second_moments`), on oneDNN GEMMs for fp32 CPU, by pieces
-      of tokens in inference. :meth:`residual_forward` is the block's entry:
-      the pre-norm, layer scale and residual folded into the same two
-      passes.
+      of tokens in inference; for inputs of enough tokens per channel
+      (:func:`.ops.second_moments.pays`: its C x C products cost more than
+      the token GEMMs they replace below that, the demos' 128x128 images
+      among them; ``'always'`` takes it for any).
+      :meth:`residual_forward` is the block's entry: the pre-norm, layer
+      scale and residual folded into the same two passes.
     * on CUDA, eagerly: the ``qkv`` and ``proj`` layers as they are, and
       between them the normalisation, attention and its product with the
       values in three Triton kernels each way (:mod:`.ops.xca_kernels`), for
@@ -120,7 +123,8 @@ class XCA(TimmXCA):
             ok = xca_kernels.available() and \
                 policy.is_inactive(self.attn_drop)
             return KERNELS if ok else None
-        if type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear:
+        if type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear and \
+                (policy.forced(self) or second_moments.pays(x)):
             return SECOND_MOMENTS
         return None
 

@@ -15,14 +15,31 @@ value and output projections into one (C x C) matrix per image::
 
 Two token GEMMs of width C (``G``, three of its four blocks; the output)
 instead of four (q, k, v, output projection): fewer multiply-adds once there
-are more than about 1.5 C tokens. ``G`` is accumulated in fp32, also under
+are more than about 1.5 C tokens (:func:`pays`: where it was measured
+faster). ``G`` is accumulated in fp32, also under
 autocast (it feeds a product whose rounding it bounds).
 """
 from contextlib import nullcontext
-from typing import Callable, ContextManager, Optional, Tuple
+from typing import Callable, ContextManager, Dict, Optional, Tuple
 
 import torch
 from torch.autograd.function import once_differentiable
+
+#: The fewest tokens per channel (N / C, per image) at which XCA from the
+#: second moments takes less time than its four token GEMMs, by (half
+#: precision, training): its C x C products cost about 3 C^3 multiply-adds
+#: per image, which only enough tokens repay, and under autocast its Gram
+#: matrix is an fp32 GEMM where the token route's are bf16. Where two runs
+#: of ``docs/benchmark/xca_route.py`` (XCiT-S12's attention branch, 2 cores
+#: of an AMD EPYC with AVX-512 and avx512_bf16) both had it faster
+#: (straightforward / second moments, the two runs): fp32 inference 1.00
+#: and 1.33 at 1.5 C; fp32 training 1.15 and 0.93 at 1.5 C, 1.47 and 1.20
+#: at 2 C; bf16 inference 0.89 and 0.94 at 2.7 C, 1.08 and 1.15 at 4 C;
+#: bf16 training 0.87 and 0.79 at 1.5 C, 1.08 and 1.05 at 2 C. At 800x1344
+#: (10.9 C) 2.8x, 2.6x, 1.6x and 2.3x.
+MIN_TOKENS_PER_CHANNEL: Dict[Tuple[bool, bool], float] = {
+    (False, False): 1.5, (False, True): 2.0,
+    (True, False): 4.0, (True, True): 2.0}
 
 
 class _Gram(torch.autograd.Function):
@@ -57,6 +74,17 @@ def _autocast_off(device_type: str) -> ContextManager:
     if torch.is_autocast_enabled(device_type):
         return torch.autocast(device_type, enabled=False)
     return nullcontext()
+
+
+def pays(x: torch.Tensor) -> bool:
+    """XCA from the second moments of ``x`` ((B, N, C) tokens) takes less
+    time than the straightforward computation: ``N`` is at least
+    :data:`MIN_TOKENS_PER_CHANNEL` times ``C`` for its precision (autocast
+    on or ``x`` in half precision) and whether gradients are recorded."""
+    half = x.dtype in (torch.float16, torch.bfloat16) or \
+        torch.is_autocast_enabled(x.device.type)
+    least = MIN_TOKENS_PER_CHANNEL[half, torch.is_grad_enabled()]
+    return x.shape[-2] >= least * x.shape[-1]
 
 
 def accumulation_dtype(z: torch.Tensor) -> torch.dtype:

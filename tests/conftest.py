@@ -260,15 +260,17 @@ def pytest_configure(config):
         'any_size)')
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def second_moments_at_any_size(request, monkeypatch):
     """XCA takes its second moments for any number of tokens (where the
     switches and the policy let it), as the package does for the large
     inputs on which they are faster (:func:`xcit_dense.models.ops.
-    second_moments.pays`): the tests' inputs are tiny, and what they check
-    of that fast path (its arithmetic, switches, dtypes, what it saves)
-    would otherwise see the straightforward computation. Tests marked
-    ``sizes_matter`` (the size rule's own) keep the package's rule."""
+    second_moments.pays`): the tests' inputs are tiny, and what the test
+    files of the fast paths check (their arithmetic, switches, dtypes,
+    what they save) would otherwise see XCA's straightforward computation.
+    Those files use it (``pytestmark``); not where a tool trains in the
+    test's process beside one in a subprocess, which would compute
+    otherwise. A test marked ``sizes_matter`` keeps the package's rule."""
     if request.node.get_closest_marker('sizes_matter') is None:
         from xcit_dense.models.ops import second_moments
         monkeypatch.setattr(second_moments, 'pays', lambda x: True)

@@ -24,6 +24,8 @@ from xcit_dense.models.xca import XCA
 
 from test_fast_path import assert_outputs_close, randomized, reference  # noqa: I100
 
+pytestmark = pytest.mark.usefixtures('second_moments_at_any_size')
+
 
 class Scaled(nn.Module):
     """A wrapper: ``s * module(*args)``."""

@@ -24,6 +24,8 @@ from xcit_dense.models.ops.folding import fold_batchnorm
 
 from conftest import logged
 
+pytestmark = pytest.mark.usefixtures('second_moments_at_any_size')
+
 ATOL = 1e-4
 
 

@@ -24,6 +24,8 @@ from xcit_dense.models.xca import XCA
 
 from test_fast_path import assert_outputs_close, randomized, reference
 
+pytestmark = pytest.mark.usefixtures('second_moments_at_any_size')
+
 #: each part and the method only its fast path calls
 FAST_METHODS = {
     ConvPatchEmbed: '_channels_last',

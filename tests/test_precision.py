@@ -13,6 +13,8 @@ from xcit_dense import AutocastPartsHook, UserError
 from conftest import run_tool_here
 from test_export_detector import MASK_RCNN
 
+pytestmark = pytest.mark.usefixtures('second_moments_at_any_size')
+
 
 class Toy(nn.Module):
     def __init__(self):

@@ -17,9 +17,7 @@ second moments are faster) and the route the package takes::
 """
 import argparse
 import os.path as osp
-import statistics
 import sys
-import time
 
 import torch
 
@@ -27,19 +25,8 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))))
 
 from xcit_dense import XCiT  # noqa: E402
+from xcit_dense.benchmark.measure import timed  # noqa: E402
 from xcit_dense.models.ops import second_moments  # noqa: E402
-
-
-def timed(run, repeat: int) -> float:
-    """The median of ``repeat`` calls of ``run`` after two, in ms."""
-    for _ in range(2):
-        run()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def main(argv=None) -> None:
@@ -53,6 +40,9 @@ def main(argv=None) -> None:
     parser.add_argument('--repeat', type=int, default=7)
     parser.add_argument('--rounds', type=int, default=2)
     args = parser.parse_args(argv)
+    # tools/benchmark.py's timing: the median of --repeat calls after two
+    timing = argparse.Namespace(device='cpu', warmup=2, repeat=args.repeat,
+                                batch=args.batch)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     block = XCiT(args.arch).blocks[0]
@@ -83,7 +73,7 @@ def main(argv=None) -> None:
                     for setting in (False, 'always'):
                         attn.use_fast_path = setting
                         ms.setdefault(setting, []).append(
-                            timed(run, args.repeat))
+                            timed(run, timing)['seconds'] * 1e3)
                 with autocast, torch.set_grad_enabled(training):
                     taken = second_moments.pays(x)
                 plain, moments = min(ms[False]), min(ms['always'])

@@ -255,25 +255,28 @@ LONGEST_FILES = (  # per-file work measured on 2026-11-25 (2-core EPYC)
 
 def pytest_configure(config):
     config.addinivalue_line(
-        'markers', 'sizes_matter: XCA takes its second moments only for '
-        'the inputs the package takes them for (see second_moments_at_'
-        'any_size)')
+        'markers', 'sizes_matter: the fast paths that pay only for large '
+        'enough inputs take them only where the package does (see '
+        'fast_paths_at_any_size)')
 
 
 @pytest.fixture
-def second_moments_at_any_size(request, monkeypatch):
-    """XCA takes its second moments for any number of tokens (where the
-    switches and the policy let it), as the package does for the large
-    inputs on which they are faster (:func:`xcit_dense.models.ops.
-    second_moments.pays`): the tests' inputs are tiny, and what the test
-    files of the fast paths check (their arithmetic, switches, dtypes,
-    what they save) would otherwise see XCA's straightforward computation.
+def fast_paths_at_any_size(request, monkeypatch):
+    """The fast paths that pay only for large enough inputs take them for
+    any (where the switches and the policy let them), as the package does
+    for the inputs on which they are faster: XCA's second moments
+    (:func:`xcit_dense.models.ops.second_moments.pays`) and the CPU's
+    oneDNN calls on tokens (:func:`xcit_dense.models.ops.onednn.pays`).
+    The tests' inputs are tiny, and what the test files of the fast paths
+    check (their arithmetic, switches, dtypes, what they save) would
+    otherwise see the straightforward computation and standard operators.
     Those files use it (``pytestmark``); not where a tool trains in the
     test's process beside one in a subprocess, which would compute
-    otherwise. A test marked ``sizes_matter`` keeps the package's rule."""
+    otherwise. A test marked ``sizes_matter`` keeps the package's rules."""
     if request.node.get_closest_marker('sizes_matter') is None:
-        from xcit_dense.models.ops import second_moments
+        from xcit_dense.models.ops import onednn, second_moments
         monkeypatch.setattr(second_moments, 'pays', lambda x: True)
+        monkeypatch.setattr(onednn, 'pays', lambda backend, x: True)
 
 
 def pytest_collection_modifyitems(config, items):

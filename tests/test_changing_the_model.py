@@ -24,7 +24,7 @@ from xcit_dense.models.xca import XCA
 
 from test_fast_path import assert_outputs_close, randomized, reference  # noqa: I100
 
-pytestmark = pytest.mark.usefixtures('second_moments_at_any_size')
+pytestmark = pytest.mark.usefixtures('fast_paths_at_any_size')
 
 
 class Scaled(nn.Module):

@@ -823,7 +823,7 @@ def test_iteration_probe_runs(tmp_path):
         assert row[f'cpu_{part}_ms'] > 0 and row[f'gpu_{part}_ms'] > 0
 
 
-@pytest.mark.usefixtures('second_moments_at_any_size')
+@pytest.mark.usefixtures('fast_paths_at_any_size')
 @pytest.mark.parametrize('dynamic', [False, True])
 def test_compiled_backbone_matches_eager(no_tf32, dynamic):
     """Compilation, opt-in on CUDA: Inductor compiles the training graph

@@ -24,7 +24,7 @@ from xcit_dense.models.ops.folding import fold_batchnorm
 
 from conftest import logged
 
-pytestmark = pytest.mark.usefixtures('second_moments_at_any_size')
+pytestmark = pytest.mark.usefixtures('fast_paths_at_any_size')
 
 ATOL = 1e-4
 
@@ -257,6 +257,38 @@ def test_folded_batchnorm_kept_until_what_it_reads_changes(monkeypatch):
     model(x)[0].sum().backward()
     model(x)
     assert len(folds) == 10
+
+
+def test_folded_layer_scale_kept_until_what_it_reads_changes(monkeypatch):
+    """Inference folds each block's MLP and LPI layer scale into ``fc2`` and
+    ``conv2`` once; a layer scale updated in place or a weight given new
+    data is folded anew, and with autograd recording every call folds (so
+    that the layer scale gets its gradient)."""
+    from xcit_dense.models.ops import folding
+    folds = []
+    fold = folding.fold_scale
+    monkeypatch.setattr(folding, 'fold_scale',
+                        lambda *a: folds.append(1) or fold(*a))
+    model = randomized().eval()
+    x = torch.randn(1, 3, 64, 96)
+    blocks = len(model.blocks)
+
+    def folded_calls():
+        folds.clear()
+        with torch.no_grad():
+            assert_outputs_close(model(x), reference(model, x))
+        return len(folds)
+    assert folded_calls() == 2 * blocks
+    assert folded_calls() == 0
+    with torch.no_grad():
+        model.blocks[0].gamma3.mul_(0.5)
+    assert folded_calls() == 1
+    fc2 = model.blocks[1].mlp.fc2
+    fc2.weight.data = fc2.weight.data * 1.5
+    assert folded_calls() == 1
+    folds.clear()
+    model(x)[0].sum().backward()
+    assert len(folds) == 2 * blocks
 
 
 @pytest.mark.parametrize('act,residual', [(None, False), ('gelu', False),

@@ -24,7 +24,7 @@ from xcit_dense.models.xca import XCA
 
 from test_fast_path import assert_outputs_close, randomized, reference
 
-pytestmark = pytest.mark.usefixtures('second_moments_at_any_size')
+pytestmark = pytest.mark.usefixtures('fast_paths_at_any_size')
 
 #: each part and the method only its fast path calls
 FAST_METHODS = {
@@ -154,6 +154,83 @@ def test_second_moments_only_for_enough_tokens(taken):
     assert second_moments(4 * channels, autocast=True)
     assert not second_moments(2 * channels - 1, autocast=True, grad=True)
     assert second_moments(2 * channels, autocast=True, grad=True)
+
+
+@pytest.mark.sizes_matter
+def test_onednn_only_for_enough_tokens(monkeypatch):
+    """On the CPU the MLP's and LPI's fast paths call oneDNN only for
+    large enough inputs (``onednn.MIN_VALUES``, measured: 12288 values in
+    fp32 inference, 96 tokens of 128 channels, 32768 in training), where
+    its fixed cost per call is repaid; below, the same fast paths on
+    standard operators; ``'always'`` calls it for any. Either gives the
+    straightforward outputs."""
+    from xcit_dense.models.ops import onednn
+    chosen = []
+    select = onednn.select_backend
+
+    def recorded(*args, **kwargs):
+        chosen.append(select(*args, **kwargs))
+        return chosen[-1]
+
+    monkeypatch.setattr(onednn, 'select_backend', recorded)
+    block = randomized().blocks[0]
+    channels = block.mlp.fc1.in_features
+
+    def backends(tokens, grad=False, setting=True):
+        x = torch.randn(1, tokens, channels,
+                        generator=torch.Generator().manual_seed(tokens))
+        chosen.clear()
+        block.train(grad)
+        with torch.set_grad_enabled(grad):
+            for part in (block.mlp, block.local_mp):
+                part.use_fast_path = setting
+                out = part(x) if part is block.mlp else part(x, 1, tokens)
+                part.use_fast_path = False
+                ref = part(x) if part is block.mlp else part(x, 1, tokens)
+                part.use_fast_path = True
+                torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        assert len(chosen) == 2
+        return set(chosen)
+
+    assert channels == 128
+    assert backends(95) == {'torch'} and backends(96) == {'fused'}
+    assert backends(255, grad=True) == {'torch'}
+    assert backends(256, grad=True) == {'onednn'}
+    assert backends(16, setting='always') == {'fused'}
+    assert backends(16, grad=True, setting='always') == {'onednn'}
+
+
+@pytest.mark.sizes_matter
+def test_size_tools_print_each_route_and_the_one_taken(capsys):
+    """``docs/benchmark/onednn_size.py`` and ``xca_route.py``, which
+    measured the size rules (docs/performance.md quotes them), time both
+    routes and print the one the package takes at each size."""
+    import runpy
+
+    from conftest import REPO
+    threads = torch.get_num_threads()
+    tools = {name: runpy.run_path(str(REPO / 'docs/benchmark' / name))
+             for name in ('onednn_size.py', 'xca_route.py')}
+    try:
+        tools['onednn_size.py']['main']([
+            '--grids', '4', '8', '--repeat', '1', '--rounds', '1',
+            '--threads', '1'])
+        onednn_rows = capsys.readouterr().out.splitlines()
+        tools['xca_route.py']['main']([
+            '--arch', 'nano_12_p16', '--tokens', '16', '256', '--repeat',
+            '1', '--rounds', '1', '--threads', '1'])
+        xca_rows = capsys.readouterr().out.splitlines()
+    finally:
+        torch.set_num_threads(threads)
+    # batch 2 of 128 channels: 4096 and 16384 values
+    taken = [row.split()[-1] for row in onednn_rows if 'x' in row[:7]]
+    assert taken == ['standard', 'oneDNN', 'standard', 'standard']
+    assert all(float(row.split()[-2]) > 0 for row in onednn_rows
+               if 'x' in row[:7])
+    # 16 and 256 tokens of 128 channels: 0.125 C and 2 C
+    taken = [row.split()[-1] for row in xca_rows if 'C)' in row]
+    assert taken == ['straightforward', 'moments'] * 2 + \
+        ['straightforward'] * 2 + ['straightforward', 'moments']
 
 
 def test_setting_always_runs_where_the_policy_says_no(taken, monkeypatch):

@@ -147,6 +147,7 @@ def test_each_block_launches_fewer_kernels_on_cudas_path(cudas_path, dtype,
     assert fast[1] <= most[1]
 
 
+@pytest.mark.usefixtures('fast_paths_at_any_size')  # oneDNN at 64x96 too
 @pytest.mark.parametrize('fused', [False, True])
 def test_cudas_inference_path_matches_the_straightforward_one(cudas_path,
                                                               fused):

@@ -13,7 +13,7 @@ from xcit_dense import AutocastPartsHook, UserError
 from conftest import run_tool_here
 from test_export_detector import MASK_RCNN
 
-pytestmark = pytest.mark.usefixtures('second_moments_at_any_size')
+pytestmark = pytest.mark.usefixtures('fast_paths_at_any_size')
 
 
 class Toy(nn.Module):

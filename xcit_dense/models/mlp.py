@@ -7,15 +7,16 @@ from timm.layers import Mlp as TimmMlp
 
 from . import policy
 from .ops import derived, layer_norm_kernels, onednn, pieces
-from .ops.folding import fold_scale
+from .ops.folding import kept_scale_fold
 from .ops.residual import scaled_residual
 
 
 class Mlp(TimmMlp):
     """``fc1``, activation, dropout, (norm), ``fc2``, dropout: timm's module
     with a fast path in :meth:`forward` beside the straightforward
-    computation. For fp32 on CPU the linear layers run on oneDNN, with exact
-    GELU fused into ``fc1``; in training the whole MLP is one autograd
+    computation. For fp32 on CPU the linear layers run on oneDNN (for
+    enough tokens: :func:`.ops.onednn.pays`), with exact GELU fused
+    into ``fc1``; in training the whole MLP is one autograd
     function that keeps only the pre-activation (:func:`.ops.onednn.mlp`);
     in inference it runs by pieces of tokens (the hidden layer is 4x as
     wide). :meth:`residual_forward` folds the block's pre-norm, layer scale
@@ -60,14 +61,16 @@ class Mlp(TimmMlp):
             policy.is_inactive(self.drop2)
         live = not dropout_off or (
             residual and not policy.is_inactive(drop_path))
-        backend = onednn.select_backend(x, stochastic=live)
+        backend = onednn.select_backend(
+            x, stochastic=live, by_size=not policy.forced(self))
         # CUDA's eager path: PyTorch's GEMMs on a device of the kernels
         cudas = backend == 'torch' and policy.on_kernel_device(x)
         # there the layer scale with the residual in one pass after fc2
         # (folding it into fc2 launches two products, their two backward
         # products and a sum more per call, and in inference two casts of
         # the weights); else folded into fc2 (in training autograd then
-        # keeps no product for gamma's gradient)
+        # keeps no product for gamma's gradient; in inference the fold is
+        # kept across calls)
         scale_after = residual and not live and cudas
         if scale_after:  # under autocast, the weights cast together
             dtype = policy.kernel_dtype(x)
@@ -75,7 +78,8 @@ class Mlp(TimmMlp):
                 self, 'fc', (fc1, fc2), dtype)
         else:
             w1, b1 = fc1.weight, fc1.bias
-            w2, b2 = fold_scale(fc2.weight, fc2.bias, gamma)
+            w2, b2 = kept_scale_fold(self, 'fc2', fc2.weight, fc2.bias,
+                                     gamma)
         # fc1, GELU, fc2 as one kernel call (one autograd function)
         one_call = act is not None and dropout_off and \
             type(self.norm) is nn.Identity and \

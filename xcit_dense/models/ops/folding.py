@@ -40,6 +40,20 @@ def fold_scale(weight: torch.Tensor, bias: Optional[torch.Tensor],
     return weight, None if bias is None else bias * gamma
 
 
+def kept_scale_fold(owner: nn.Module, slot: Hashable, weight: torch.Tensor,
+                    bias: Optional[torch.Tensor],
+                    gamma: Optional[torch.Tensor]
+                    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """:func:`fold_scale`, :func:`.derived.kept` in ``owner`` under ``slot``
+    (in inference, computed once while the weights and ``gamma`` stay as
+    they are; where autograd records, on every call, so that ``gamma``
+    and the weight get their gradients)."""
+    if gamma is None:
+        return weight, bias
+    return kept(owner, slot, lambda: fold_scale(weight, bias, gamma),
+                weight, bias, gamma)
+
+
 def kept_batchnorm_fold(owner: nn.Module, slot: Hashable,
                         weight: torch.Tensor, bias: Optional[torch.Tensor],
                         norm: nn.Module, transposed: bool = False

@@ -38,21 +38,49 @@ ACTIVATIONS = (None, 'gelu')
 BACKENDS = ('fused', 'onednn', 'torch')
 
 
-def select_backend(x: torch.Tensor, stochastic: bool) -> str:
+#: Values of a token layer's input (batch x tokens x channels) from which
+#: its oneDNN calls take less time than PyTorch's standard operators
+#: (:func:`pays`): each oneDNN call costs more before its arithmetic (about
+#: 27 us for 16 tokens of 128 channels times a 128 x 128 weight on a 2-core
+#: AMD EPYC with AVX-512, where ``F.linear`` takes 10), which larger calls
+#: repay. ``python docs/benchmark/onednn_size.py`` there (a block's MLP and
+#: LPI branches, batch 2, standard / oneDNN, fp32): XCiT-N12 (128 channels)
+#: inference 0.88 at 32 tokens of the batch, 0.98 at 128, 1.01 at 288, 1.13
+#: at 512 (one thread; 0.91, 0.98, 0.98, 0.99, 1.08 at 800 on two), training
+#: 0.86 at 128, 1.00 at 288, 1.03 at 512; XCiT-S12 (384 channels, two
+#: threads) inference 1.15 at 32, 1.19 at 128, training 0.98 at 32, 1.00 at
+#: 128, 1.02 at 288.
+MIN_VALUES = {'fused': 12288, 'onednn': 32768}
+
+
+def select_backend(x: torch.Tensor, stochastic: bool,
+                   by_size: bool = False) -> str:
     """The backend for a layer on ``x``: oneDNN for fp32 on CPU outside
     autocast, with fused epilogues when nothing is recorded for autograd and
     the layer has no live dropout or drop-path (``stochastic`` False: those
     are identities, so the residual can be added inside the kernel). Under
     ``torch.compile`` only the fused inference kernels are kept (as custom
     operators the compiler calls as they are); training is left to the
-    compiler."""
+    compiler. With ``by_size`` (a token layer's (B, N, C) input), oneDNN
+    only where it :func:`pays`."""
     if not (SWITCHES.fused_kernels and _ONEDNN_OPS and x.device.type == 'cpu'
             and x.dtype == torch.float32
             and not torch.is_autocast_enabled('cpu')):
         return 'torch'
     if not stochastic and not torch.is_grad_enabled():
-        return 'fused'
-    return 'torch' if torch.compiler.is_compiling() else 'onednn'
+        backend = 'fused'
+    else:
+        backend = 'torch' if torch.compiler.is_compiling() else 'onednn'
+    if backend != 'torch' and by_size and not pays(backend, x):
+        return 'torch'
+    return backend
+
+
+def pays(backend: str, x: torch.Tensor) -> bool:
+    """``backend``'s oneDNN calls on a token layer's input ``x`` take less
+    time than the standard operators: ``x`` has at least
+    :data:`MIN_VALUES` values."""
+    return x.numel() >= MIN_VALUES[backend]
 
 
 def _check(act: Optional[str], residual: Optional[torch.Tensor],
@@ -167,16 +195,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor,
         return _epilogue(y, act, residual)
     if residual is not None:
         residual = residual.reshape(-1, weight.shape[0])
-    y = fused_linear(x2, weight, bias, act or 'none', residual)
+    call = fused_linear if torch.compiler.is_compiling() else _fused_linear
+    y = call(x2, weight, bias, act or 'none', residual)
     return y.view(*lead, weight.shape[0])
 
 
-@torch.library.custom_op('xcit_dense::fused_linear', mutates_args=())
-def fused_linear(x: torch.Tensor, weight: torch.Tensor,
-                 bias: Optional[torch.Tensor], act: str,
-                 residual: Optional[torch.Tensor]) -> torch.Tensor:
-    """oneDNN ``act(x @ weight.T + bias) (+ residual)`` for 2-D ``x``; a
-    custom operator, so that ``torch.compile`` calls it as it is."""
+def _fused_linear(x: torch.Tensor, weight: torch.Tensor,
+                  bias: Optional[torch.Tensor], act: str,
+                  residual: Optional[torch.Tensor]) -> torch.Tensor:
+    """oneDNN ``act(x @ weight.T + bias) (+ residual)`` for 2-D ``x``."""
     if residual is not None:
         return torch.ops.mkldnn._linear_pointwise.binary(
             x, residual, weight, bias, 'add')
@@ -184,6 +211,13 @@ def fused_linear(x: torch.Tensor, weight: torch.Tensor,
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, 'gelu',
                                                   [], 'none')
     return _onednn_mm(x, weight, bias)
+
+
+#: :func:`_fused_linear` as a custom operator, so that ``torch.compile``
+#: calls it as it is; eager calls run the function itself (the operator's
+#: dispatch costs about 14 us a call, as much as a small call's GEMM)
+fused_linear = torch.library.custom_op(
+    'xcit_dense::fused_linear', mutates_args=())(_fused_linear)
 
 
 @fused_linear.register_fake
@@ -206,17 +240,16 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor,
         return _epilogue(
             F.conv2d(x, weight, bias, stride, padding, 1, groups), act,
             residual)
-    return fused_conv2d(x, weight, bias, stride, padding, groups,
-                        act or 'none', residual)
+    call = fused_conv2d if torch.compiler.is_compiling() else _fused_conv2d
+    return call(x, weight, bias, stride, padding, groups, act or 'none',
+                residual)
 
 
-@torch.library.custom_op('xcit_dense::fused_conv2d', mutates_args=())
-def fused_conv2d(x: torch.Tensor, weight: torch.Tensor,
-                 bias: Optional[torch.Tensor], stride: List[int],
-                 padding: List[int], groups: int, act: str,
-                 residual: Optional[torch.Tensor]) -> torch.Tensor:
-    """oneDNN ``act(conv2d(x)) (+ residual)``; a custom operator, so that
-    ``torch.compile`` calls it as it is."""
+def _fused_conv2d(x: torch.Tensor, weight: torch.Tensor,
+                  bias: Optional[torch.Tensor], stride: List[int],
+                  padding: List[int], groups: int, act: str,
+                  residual: Optional[torch.Tensor]) -> torch.Tensor:
+    """oneDNN ``act(conv2d(x)) (+ residual)``."""
     if residual is not None:
         return torch.ops.mkldnn._convolution_pointwise.binary(
             x, residual, weight, bias, padding, stride, [1, 1], groups, 'add',
@@ -224,6 +257,11 @@ def fused_conv2d(x: torch.Tensor, weight: torch.Tensor,
     return torch.ops.mkldnn._convolution_pointwise(
         x, weight, bias, padding, stride, [1, 1], groups, act, [],
         'none' if act == 'gelu' else '')
+
+
+#: :func:`_fused_conv2d` as a custom operator (see :data:`fused_linear`)
+fused_conv2d = torch.library.custom_op(
+    'xcit_dense::fused_conv2d', mutates_args=())(_fused_conv2d)
 
 
 @fused_conv2d.register_fake

@@ -507,16 +507,25 @@ def test_autocast_dtype_rejects_bad_values():
         XCiT('nano_12_p16', autocast_dtype='bf16')
 
 
-def test_compile_cfg_traces_one_graph():
+def test_compile_cfg_traces_one_graph(monkeypatch):
     """``compile_cfg`` compiles the whole forward as one graph (no breaks)
     with the same outputs. The 'aot_eager' backend traces forward and
     backward like Inductor but skips code generation, which takes minutes
-    on a small CPU (the compile time is measured by tools/benchmark.py)."""
+    on a small CPU (the compile time is measured by tools/benchmark.py).
+    The fused oneDNN calls are custom operators in the graph, and eager
+    calls run their function without the operator's dispatch."""
     model = randomized('nano_12_p16', compile_cfg=dict(
         backend='aot_eager', fullgraph=True)).eval()
     x = torch.randn(2, 3, 64, 96)
+    eager_calls = []
+    function = kernels._fused_linear
+    monkeypatch.setattr(kernels, '_fused_linear',
+                        lambda *a: eager_calls.append(1) or function(*a))
     with torch.no_grad():
         assert_outputs_close(model(x), reference(model, x))
+        assert not eager_calls  # the graph calls xcit_dense::fused_linear
+        randomized('nano_12_p16').eval()(x)
+        assert eager_calls
     assert model.__dict__['_compiled_forward'] is not None
     model.train()
     _, grads = _loss_and_grads(model, model, x)

@@ -15,7 +15,9 @@ when :func:`applies` says so:
 and the module then checks its own parts and state (exact child types,
 dropout that is really inactive, ...) before it uses them, and, where a
 fast path pays only for large enough inputs, the input's size (XCA's
-second moments, :func:`.ops.second_moments.pays`; not under ``'always'``).
+second moments, :func:`.ops.second_moments.pays`; the MLP's and LPI's
+oneDNN calls on the CPU, :func:`.ops.onednn.pays`; not under
+``'always'``).
 
 Switch values: ``True`` (default) where :data:`POLICY` says it pays;
 ``'always'`` wherever it can run, whatever the device (for tests and
@@ -235,7 +237,8 @@ def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
 def forced(module: nn.Module) -> bool:
     """The setting for ``module`` is ``'always'``: its fast path runs
     wherever it can, also for inputs for which the module's own measure
-    says it does not pay (XCA's second moments for few tokens)."""
+    says it does not pay (XCA's second moments for few tokens, the MLP's
+    and LPI's oneDNN calls for small inputs)."""
     return combined(SWITCHES.fast_path, module.use_fast_path) == 'always'
 
 

@@ -63,7 +63,9 @@ test: install
 #             time alone; also XCA's second-moments route in place of its
 #             kernels) (policy_probe.json, the CUDA column of the policy),
 #             kernel launches against GPU time, CUDA graphs (inference and
-#             training steps) (launch_probe.jsonl)
+#             training steps) (launch_probe.jsonl), the host's time of a
+#             tiny eager call and of one Triton launch against one
+#             PyTorch operator's (host_time.jsonl)
 #   tiles     the Triton kernels' tile sizes and warps: XCA's and LPI's
 #             forward and backward at XCiT-S12's shapes under each
 #             candidate, fp32, bf16 and fp16 (tile_sweep.jsonl)
@@ -154,6 +156,7 @@ gpu-report-probe:
 	$(PY) docs/benchmark/gpu/policy_probe.py --repeat 5 --rounds 3 \
 	    --graphs --out $(GPU_REPORT)/policy_probe.json
 	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT) --no-compile
+	$(PY) docs/benchmark/host_time.py --device cuda --out $(GPU_REPORT)
 
 gpu-report-tiles:
 	@mkdir -p $(GPU_REPORT)

@@ -823,6 +823,24 @@ def test_iteration_probe_runs(tmp_path):
         assert row[f'cpu_{part}_ms'] > 0 and row[f'gpu_{part}_ms'] > 0
 
 
+def test_host_time_runs_on_cuda(tmp_path):
+    """make gpu-report's host time of tiny eager calls, and of one Triton
+    launch against one PyTorch operator's, on the GPU."""
+    import json
+    proc = run_tool('docs/benchmark/host_time.py', '--device', 'cuda',
+                    '--arch', 'nano_12_p16', '--rounds', '1', '--steps',
+                    '2', '--out', tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in
+            (tmp_path / 'host_time.jsonl').read_text().splitlines()]
+    assert [(r['mode'], r.get('config')) for r in rows] == [
+        ('train', 'default'), ('train', 'straightforward'),
+        ('infer', 'default'), ('infer', 'straightforward'),
+        ('launch', None)]
+    assert all(r['ms'] > 0 for r in rows[:4])
+    assert rows[4]['triton_us'] > 0 and rows[4]['pytorch_us'] > 0
+
+
 @pytest.mark.usefixtures('fast_paths_at_any_size')
 @pytest.mark.parametrize('dynamic', [False, True])
 def test_compiled_backbone_matches_eager(no_tf32, dynamic):

@@ -23,6 +23,7 @@ from xcit_dense import fast_path
 from xcit_dense.models import policy
 from xcit_dense.models.ops import derived, lpi_kernels, xca_kernels
 
+from conftest import run_tool_here
 from test_fast_path import assert_outputs_close, randomized, reference
 
 pytestmark = pytest.mark.skipif(
@@ -237,6 +238,39 @@ def test_training_steps_launch_fewer_kernels_on_cudas_path(cudas_path):
     print(f'launches per training step: {fast} (straightforward: '
           f'{straightforward})')
     assert fast <= 357 and fast < straightforward
+
+
+def test_host_time_tool_times_cudas_path_with_its_kernels(monkeypatch,
+                                                         tmp_path):
+    """docs/benchmark/host_time.py, the host's time of CUDA's eager path
+    measured on the CPU: it takes the policy's CUDA column itself, its
+    default rows go through the Triton kernels (counted, not run), a
+    training step through more of them than an inference call, and its
+    straightforward rows through none; every row timed, printed and
+    written."""
+    import json
+    # what the tool sets in this process, put back afterwards
+    monkeypatch.setattr(policy, 'KERNEL_DEVICES', policy.KERNEL_DEVICES)
+    for part, devices in policy.POLICY.items():
+        monkeypatch.setitem(policy.POLICY, part, devices)
+    threads = torch.get_num_threads()
+    try:
+        proc = run_tool_here('docs/benchmark/host_time.py', '--arch',
+                             'nano_12_p16', '--width', '32', '--rounds',
+                             '1', '--steps', '1', '--out', tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in
+            (tmp_path / 'host_time.jsonl').read_text().splitlines()]
+    kernels = {(r['mode'], r['config']): r['triton_kernels'] for r in rows}
+    assert kernels.keys() == {(m, c) for m in ('train', 'infer')
+                              for c in ('default', 'straightforward')}
+    assert kernels['train', 'default'] > kernels['infer', 'default'] > 0
+    assert kernels['train', 'straightforward'] == \
+        kernels['infer', 'straightforward'] == 0
+    assert all(r['ms'] > 0 for r in rows)
+    assert proc.stdout.count(' Triton kernels') == 4
 
 
 def test_weights_cast_together_are_each_cast(cudas_path, monkeypatch):

@@ -258,6 +258,10 @@ def pytest_configure(config):
         'markers', 'sizes_matter: the fast paths that pay only for large '
         'enough inputs take them only where the package does (see '
         'fast_paths_at_any_size)')
+    if hasattr(config, 'workerinput'):  # a pytest-xdist worker
+        # its tests' objects left uncollected at its exit, as a tool's are
+        from xcit_dense.cli import skip_collections_at_exit
+        skip_collections_at_exit()
 
 
 @pytest.fixture

@@ -286,6 +286,36 @@ def test_tools_do_not_repeat_setuptools_warning_on_pkg_resources():
     assert [str(w.message) for w in shown] == ['another warning']
 
 
+def test_tools_end_their_process_without_collecting(monkeypatch):
+    """A tool's process ends without the interpreter's collections over
+    every object (a second of a tool's time): ``run_cli`` has ``gc.freeze``
+    run at exit, once however many tools a process runs; every tool that
+    imports the package ends through it (``cuda_setup.py`` runs before the
+    set-up, on the standard library and PyTorch alone)."""
+    import atexit
+    import gc
+    import re
+
+    from xcit_dense.cli import run_cli
+
+    from conftest import REPO
+    at_exit = []
+    monkeypatch.setattr(atexit, 'register', at_exit.append)
+    monkeypatch.setattr(atexit, 'unregister', lambda f: [
+        at_exit.remove(g) for g in list(at_exit) if g == f])
+    run_cli(lambda: None)
+    run_cli(lambda: None)
+    assert at_exit == [gc.freeze]
+    mains = {path.name: path.read_text().split("if __name__ == '__main__':")
+             for path in (REPO / 'tools').glob('*.py')}
+    mains['measure.py'] = (REPO / 'xcit_dense/benchmark/measure.py'
+                           ).read_text().split("if __name__ == '__main__':")
+    for name, parts in mains.items():
+        if name != 'cuda_setup.py':
+            assert len(parts) == 2 and re.match(r'\s+run_cli\(', parts[1]), \
+                name
+
+
 def test_error_raised_in_a_dataloader_worker_keeps_its_paragraph():
     """PyTorch re-creates a worker's exception in the main process from its
     type and formatted traceback; the package's errors come out of that with

@@ -120,6 +120,7 @@ from xcit_dense.benchmark import (  # noqa: E402
 from xcit_dense.benchmark.matmul import matmul_rates  # noqa: E402
 from xcit_dense.benchmark.names import DETECTORS, PEERS  # noqa: E402
 from xcit_dense.benchmark.published import load_published_code  # noqa: E402
+from xcit_dense.cli import run_cli  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 
 
@@ -231,4 +232,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    run_cli(main)

@@ -9,6 +9,7 @@ import torch
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense import ARCH_SETTINGS, XCiT  # noqa: E402
+from xcit_dense.cli import run_cli  # noqa: E402
 
 
 def main():
@@ -40,4 +41,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    run_cli(main)

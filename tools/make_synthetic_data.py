@@ -12,6 +12,8 @@ import time
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+from xcit_dense.cli import run_cli  # noqa: E402
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
@@ -38,4 +40,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    run_cli(main)

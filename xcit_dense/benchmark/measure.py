@@ -8,12 +8,12 @@ import os
 import os.path as osp
 import resource
 import statistics
-import sys
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
 import torch
 
+from ..cli import run_cli
 from ..deploy import random_input
 from ..deploy.runtimes import runtime_session
 from .builders import (
@@ -459,4 +459,4 @@ def main(argv: Optional[List[str]] = None) -> None:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_cli(main)

@@ -22,6 +22,7 @@ def fail(error: BaseException) -> None:
     print(f'error: {error}', file=sys.stderr)
     sys.exit(1)
 
+
 def skip_collections_at_exit() -> None:
     """End this process without the garbage collections the interpreter
     runs over every object while it shuts down.

@@ -1,6 +1,7 @@
 """The XCiT backbone: presets, pyramid shapes, training switches, arguments."""
 import copy
 import math
+import re
 
 import pytest
 import timm
@@ -11,6 +12,8 @@ from timm.models.xcit import PositionalEncodingFourier
 
 from xcit_dense import ARCH_SETTINGS, XCiT
 from xcit_dense.models.positional_encoding import CachedFourierEncoding
+
+from conftest import run_tool_here
 
 SIZES = [(224, 224), (256, 320), (333, 517)]
 
@@ -74,6 +77,32 @@ def test_odd_sizes(patch, size):
         outs = model(torch.randn(2, 3, H, W))
     assert [o.shape[-2:] for o in outs] == [
         (math.ceil(H / s), math.ceil(W / s)) for s in (4, 8, 16, 32)]
+
+
+@pytest.mark.parametrize('shape', [(3, 32, 32), (1, 1, 32, 32),
+                                   (1, 3, 0, 32), (2, 3, 16, 0)])
+def test_input_that_is_no_batch_of_images_is_named(shape):
+    """An unbatched image, other channels or an empty side: one message
+    that names the shape taken and the shape given (not an error from deep
+    inside a convolution, or from a fast path's channels-last copy)."""
+    with pytest.raises(ValueError, match=re.escape(
+            'XCiT takes a batch of images, a tensor of shape (B, 3, H, W) '
+            'with H, W >= 1') + '.*' + re.escape(f'got shape {shape}.')):
+        tiny()(torch.zeros(shape))
+
+
+def test_backbone_demo_prints_the_pyramid_and_refuses_empty_sizes():
+    proc = run_tool_here('tools/demo_backbone.py', '--arch', 'nano_12_p16',
+                         '--size', 33, 70)
+    assert proc.returncode == 0, proc.stderr
+    assert [line.split(':', 1)[1].strip() for line in proc.stdout.splitlines()
+            if line.startswith('  level')] == [
+        'stride  4  (1, 128, 9, 18)', 'stride  8  (1, 128, 5, 9)',
+        'stride 16  (1, 128, 3, 5)', 'stride 32  (1, 128, 2, 3)']
+    proc = run_tool_here('tools/demo_backbone.py', '--size', 0, 64)
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "argument --size: sizes are positive integers, got '0'")
 
 
 @pytest.mark.parametrize('patch,ops', [

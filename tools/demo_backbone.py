@@ -12,12 +12,20 @@ from xcit_dense import ARCH_SETTINGS, XCiT  # noqa: E402
 from xcit_dense.cli import run_cli  # noqa: E402
 
 
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f'sizes are positive integers, got {text!r}')
+    return int(text)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--arch', default='small_12_p16',
                         choices=sorted(ARCH_SETTINGS))
-    parser.add_argument('--size', type=int, nargs=2, default=(333, 517),
-                        metavar=('H', 'W'))
+    parser.add_argument('--size', type=positive_int, nargs=2,
+                        default=(333, 517), metavar=('H', 'W'),
+                        help='the image size (any, at least 1x1)')
     args = parser.parse_args()
 
     torch.manual_seed(0)

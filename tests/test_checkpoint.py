@@ -2,6 +2,7 @@
 parity with timm, and clear failures on bad files."""
 import argparse
 import datetime
+import re
 
 import pytest
 import timm
@@ -278,8 +279,27 @@ def test_arbitrary_pickle_refused(timm_nano, tmp_path):
     path = tmp_path / 'pickled.pth'
     torch.save({'model': dict(timm_nano.state_dict()),
                 'when': datetime.datetime(2021, 6, 17)}, path)
-    with pytest.raises(CheckpointError, match='arbitrary unpickling'):
+    with pytest.raises(CheckpointError, match=re.escape(
+            'arbitrary unpickling') + '.*' + re.escape(
+            'The unpickler: Unsupported global: GLOBAL datetime.datetime '
+            'was not an allowed global by default.')):
         _load(path)
+
+
+@pytest.mark.parametrize('content', [b'# xcit-dense\n\nThe XCiT backbone',
+                                     bytes(range(256)) * 4])
+def test_file_that_is_no_checkpoint_is_named_so(tmp_path, content):
+    """A text file or other bytes given as a checkpoint: not a checkpoint
+    (or a damaged one), not one that holds Python objects to unpickle."""
+    path = tmp_path / 'README.md'
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match='not a PyTorch checkpoint') \
+            as raised:
+        _load(path)
+    assert 'arbitrary unpickling' not in str(raised.value)
+    # the unpickler's words alone, not PyTorch's advice on weights_only
+    assert '\n' not in str(raised.value)
+    assert 'weights_only' not in str(raised.value)
 
 
 def test_missing_file_and_missing_checkpoint_key(timm_nano, tmp_path):

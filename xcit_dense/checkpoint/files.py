@@ -59,6 +59,31 @@ def local_checkpoint(path: str, progress: bool = True) -> str:
     return target
 
 
+#: what ``torch.load(weights_only=True)``'s unpickler says of a pickle that
+#: names Python objects beyond tensors and containers (a class, a function
+#: to call); anything else it refuses (an unknown opcode: a text file, say)
+#: is no pickle of a checkpoint at all, or a damaged one
+_PYTHON_OBJECTS = ('GLOBAL', 'add_safe_globals', 'Trying to call reduce',
+                   'must be imported to load')
+
+
+def _holds_python_objects(error: pickle.UnpicklingError) -> bool:
+    """Whether ``torch.load(weights_only=True)`` refused a file for the
+    Python objects its pickle names (which ``weights_only=False`` would
+    build), not for being no checkpoint."""
+    return any(sign in str(error) for sign in _PYTHON_OBJECTS)
+
+
+def _unpickler_detail(error: pickle.UnpicklingError) -> str:
+    """What the unpickler itself refused, its first sentence (PyTorch wraps
+    it in a page of advice on ``weights_only``)."""
+    _, found, after = str(error).partition('WeightsUnpickler error:')
+    lines = [line.strip() for line in (after if found else str(error)
+                                       ).splitlines()]
+    detail = next((line for line in lines if line), type(error).__name__)
+    return detail.split('. ')[0]
+
+
 def read_checkpoint(path: str) -> Mapping:
     """Read a checkpoint file (or URL, see :func:`local_checkpoint`) without
     arbitrary unpickling.
@@ -82,17 +107,17 @@ def read_checkpoint(path: str) -> Mapping:
         with torch.serialization.safe_globals(_CHECKPOINT_SAFE_GLOBALS):
             return torch.load(path, map_location='cpu', weights_only=True)
     except pickle.UnpicklingError as e:
-        if 'Weights only load failed' in str(e) or 'weights_only' in str(e):
+        if _holds_python_objects(e):
             raise CheckpointError(
                 f'{path} stores Python objects that need arbitrary '
                 'unpickling (torch.load(weights_only=False)), which '
                 'xcit-dense refuses because it can run code from the file. '
                 'If you trust the file, re-save only its tensors, e.g. '
                 "torch.save(torch.load(path, weights_only=False)['model'], "
-                f'new_path). Detail: {str(e).splitlines()[0]}') from e
+                f'new_path). The unpickler: {_unpickler_detail(e)}.') from e
         raise CheckpointError(
             f'Cannot read {path}: not a PyTorch checkpoint or truncated '
-            f'({e})') from e
+            f'(the unpickler: {_unpickler_detail(e)})') from e
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
         raise CheckpointError(
             f'Cannot read {path}: the file is truncated or not a PyTorch '

@@ -290,6 +290,9 @@ def test_no_weight_decay_names():
     (dict(arch='small_12_p16', frozen_stages=13), r'frozen_stages must be'),
     (dict(arch='small_12_p16', num_heads=5), r'divisible by num_heads'),
     (dict(arch=None, embed_dim=64), r'arch=None needs explicit'),
+    (dict(arch='nano_12_p16', drop_path_rate=1.5),
+     r'drop_path_rate must be in \[0, 1\].*got 1\.5'),
+    (dict(arch='nano_12_p16', drop_path_rate=-0.1), r'drop_path_rate'),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):

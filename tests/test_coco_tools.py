@@ -131,14 +131,42 @@ def _fails_cleanly(proc, *patterns):
         assert re.search(pattern, message), message
 
 
+@pytest.mark.parametrize('tool,launcher,missing', [
+    ('train.py', 'pytorch', 'RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT'),
+    ('train.py', 'slurm', 'SLURM_PROCID, SLURM_NTASKS, SLURM_NODELIST'),
+    ('test.py', 'mpi', 'OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_RANK, '
+     'OMPI_COMM_WORLD_SIZE, MASTER_ADDR')])
+def test_launcher_that_did_not_start_the_process_fails_cleanly(
+        tool, launcher, missing, tiny_coco, tmp_path, monkeypatch):
+    """``--launcher`` in a process its launcher did not start (where
+    mmengine's ``init_dist`` ends in a KeyError or torch's rendezvous
+    error): one paragraph naming what is missing, before anything is
+    written."""
+    from xcit_dense.cli import LAUNCHER_ENVIRONMENT
+    for names, _ in LAUNCHER_ENVIRONMENT.values():
+        for name in names:
+            monkeypatch.delenv(name, raising=False)
+    work = tmp_path / 'work'
+    checkpoint = [] if tool == 'train.py' else [tmp_path / 'any.pth']
+    proc = run_tool_here(f'tools/{tool}', _config(tmp_path, tiny_coco),
+                         *checkpoint, '--work-dir', work, '--launcher',
+                         launcher)
+    _fails_cleanly(proc, re.escape(f'--launcher {launcher} is for a process '
+                                   'started by'),
+                   re.escape(f'(its environment has no {missing})'))
+    assert not work.exists()
+
+
 @pytest.mark.parametrize('case', ['data_root', 'ann_file', 'arch',
-                                  'truncated'])
+                                  'drop_path_rate', 'unknown', 'truncated'])
 def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
     work = tmp_path / 'work'
     options = {
         'data_root': ['train_dataloader.dataset.data_root=/nonexistent/'],
         'ann_file': ['train_dataloader.dataset.ann_file=annotations/x.json'],
         'arch': ['model.backbone.arch=huge_12_p16'],
+        'drop_path_rate': ['model.backbone.drop_path_rate=1.5'],
+        'unknown': ['model.backbone.drop_path=0.1'],
     }.get(case, [])
     extra = ''
     if case == 'truncated':
@@ -158,6 +186,9 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
         'ann_file': [r'annotation file .* does not exist: .*annotations/'
                      r'x\.json'],
         'arch': [r"Unknown XCiT arch 'huge_12_p16'", r'nano_12_p16'],
+        'drop_path_rate': [r'Bad backbone in the config \(model\.backbone\)'
+                           r': drop_path_rate must be in \[0, 1\]'],
+        'unknown': [r"unexpected keyword argument 'drop_path'"],
         'truncated': [r'bad\.pth', r'truncated'],
     }[case]
     _fails_cleanly(proc, *expected)

@@ -92,10 +92,39 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     # torch.distributed.launch passes --local-rank / --local_rank
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
 
+
+#: what each ``--launcher`` reads from its process's environment
+#: (mmengine's ``init_dist``), and what sets it
+LAUNCHER_ENVIRONMENT = {
+    'pytorch': (('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'),
+                'torchrun (tools/dist_train.sh, tools/dist_test.sh)'),
+    'slurm': (('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST'),
+              "SLURM's srun (tools/slurm_train.sh, tools/slurm_test.sh)"),
+    'mpi': (('OMPI_COMM_WORLD_LOCAL_RANK', 'OMPI_COMM_WORLD_RANK',
+             'OMPI_COMM_WORLD_SIZE', 'MASTER_ADDR'),
+            "Open MPI's mpirun, with MASTER_ADDR exported"),
+}
+
+
+def check_launcher(launcher: str) -> None:
+    """A process given ``--launcher`` must have been started by that
+    launcher: the variables it reads are in its environment."""
+    needed, starter = LAUNCHER_ENVIRONMENT.get(launcher, ((), ''))
+    missing = [name for name in needed if name not in os.environ]
+    if missing:
+        raise UserError(
+            f'--launcher {launcher} is for a process started by {starter}; '
+            f'this one was not (its environment has no '
+            f'{", ".join(missing)}). Start it that way, or leave out '
+            f'--launcher for one process.')
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     """Load ``args.config`` with the shared options applied; the work dir is
     the command line's, else the config's, else
-    ``./work_dirs/<config name>``."""
+    ``./work_dirs/<config name>``. A ``--launcher`` must be the one that
+    started the process (:func:`check_launcher`)."""
+    check_launcher(args.launcher)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     cfg = load_config(args.config, args.cfg_options)
     cfg.launcher = args.launcher

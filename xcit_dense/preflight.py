@@ -72,18 +72,22 @@ def check_evaluators(cfg, splits) -> None:
                     'ann_file=/path/to/annotations.json')
 
 def check_backbone(cfg) -> None:
-    """Validate an XCiT backbone config before anything is built."""
+    """Validate an XCiT backbone config before anything is built: the
+    backbone is constructed on PyTorch's meta device (no memory, no weights
+    initialised or loaded, 0.1 to 0.2 s), so every argument meets the
+    constructor's own checks, an unknown argument included."""
     backbone = (cfg.get('model') or {}).get('backbone') or {}
     if str(backbone.get('type', '')).split('.')[-1] != 'XCiT':
         return
-    from .models.presets import DEFAULT_ARCH, check_out_indices, resolve_arch
+    import torch
+
+    from .models import XCiT
+    arguments = {k: v for k, v in backbone.items()
+                 if k != 'type' and not k.startswith('_')}
     try:
-        settings = resolve_arch(
-            backbone.get('arch', DEFAULT_ARCH),
-            **{k: backbone.get(k) for k in ('patch_size', 'embed_dim',
-                                            'depth', 'num_heads', 'eta')})
-        check_out_indices(backbone.get('out_indices'), settings['depth'])
-    except ValueError as e:
+        with torch.device('meta'):
+            XCiT(**arguments)
+    except (ValueError, TypeError) as e:
         raise UserError(f'Bad backbone in the config (model.backbone): {e}')
 
 def read_checked(path: str, what: str) -> Tuple[str, Mapping]:

@@ -170,7 +170,8 @@ class XCiT(BaseModule):
             num_heads=num_heads, eta=eta)
         out_indices = check_out_indices(out_indices, settings['depth'])
         check_training_args(frozen_stages, out_indices[-1], compile_cfg,
-                            autocast_dtype, init_cfg, cuda_graphs)
+                            autocast_dtype, init_cfg, cuda_graphs,
+                            drop_path_rate)
         super().__init__(init_cfg=init_cfg)
         self.arch, self.arch_settings = arch, settings
         self.patch_size, self.in_channels = settings['patch_size'], in_channels

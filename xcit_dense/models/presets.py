@@ -85,8 +85,16 @@ def check_training_args(frozen_stages: int, last_block: int,
                         compile_cfg: Union[bool, str, dict, None],
                         autocast_dtype: Optional[str],
                         init_cfg: Optional[dict],
-                        cuda_graphs: Union[bool, str] = False) -> None:
-    """The remaining arguments of :class:`~xcit_dense.XCiT`."""
+                        cuda_graphs: Union[bool, str] = False,
+                        drop_path_rate: float = 0.) -> None:
+    """The remaining arguments of :class:`~xcit_dense.XCiT` (the dropout
+    rates' ``nn.Dropout`` checks itself; stochastic depth draws its
+    Bernoulli masks only in training)."""
+    if not 0 <= drop_path_rate <= 1:
+        raise ValueError(
+            f'drop_path_rate must be in [0, 1] (the probability that a '
+            f"block's residual branches are dropped for a sample, the same "
+            f'in every block), got {drop_path_rate!r}')
     if not -1 <= frozen_stages <= last_block + 1:
         raise ValueError(
             f'frozen_stages must be in [-1, {last_block + 1}] (-1: '

@@ -161,6 +161,19 @@ def test_graph_pools_idle_memory_counts_toward_the_peak():
     assert idle_graph_pool_bytes(dict(segments=[])) == 0
 
 
+@pytest.mark.parametrize('option,value', [('--batch', '0'),
+                                          ('--repeat', '0'),
+                                          ('--rounds', '0'),
+                                          ('--warmup', '0')])
+def test_benchmark_rejects_counts_below_one(option, value, tmp_path):
+    proc = run_tool_here('tools/benchmark.py', '--models', 'xcit_nano_12_p16',
+                         option, value, '--out-dir', tmp_path)
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+    assert re.search(f'error: {option} must be at least 1',
+                     proc.stderr.strip().splitlines()[-1]), proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_benchmark_rejects_bad_names(tmp_path):
     import runpy
 

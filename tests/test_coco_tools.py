@@ -121,6 +121,20 @@ def test_demo_tool_draws(trained, tiny_coco, tmp_path):
     assert drawn.std() > 0
 
 
+def test_demo_tool_refuses_what_is_no_image(trained, tmp_path):
+    cfg, work, _ = trained
+    not_image = tmp_path / 'notes.png'
+    not_image.write_text('not an image')
+    for image, message in [(tmp_path / 'missing.png', 'Image not found'),
+                           (not_image, 'Cannot read .*notes\\.png as an '
+                            'image')]:
+        proc = run_tool_here('tools/demo.py', image, cfg,
+                             work / 'iter_4.pth', '--out',
+                             tmp_path / 'out.jpg')
+        _fails_cleanly(proc, message)
+    assert not (tmp_path / 'out.jpg').exists()
+
+
 def _fails_cleanly(proc, *patterns):
     err = proc.stderr
     assert proc.returncode == 1, proc.stdout[-2000:] + err[-2000:]

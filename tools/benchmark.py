@@ -188,6 +188,10 @@ def check_args(parser, args) -> None:
             load_published_code(args.published_code)
         except UserError as error:
             parser.error(str(error))
+    for name in ('batch', 'repeat', 'rounds'):
+        values = getattr(args, name)
+        if min(values if isinstance(values, list) else [values]) < 1:
+            parser.error(f'--{name} must be at least 1, got {values}')
     if args.warmup < 1:
         parser.error('--warmup must be at least 1 (the first call is '
                      'reported separately, never timed)')

@@ -19,6 +19,7 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+import cv2  # noqa: E402
 import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
@@ -56,7 +57,13 @@ def main():
     args = parse_args()
     if not osp.isfile(args.image):
         raise UserError(f'Image not found: {args.image}')
-    image = mmcv.imread(args.image, channel_order='rgb')
+    try:
+        image = mmcv.imread(args.image, channel_order='rgb')
+    except cv2.error:  # mmcv decodes with OpenCV, then converts to RGB
+        image = None
+    if image is None:
+        raise UserError(f'Cannot read {args.image} as an image (a format '
+                        'OpenCV decodes: PNG, JPEG, BMP, TIFF, WebP, ...).')
     os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
     if args.config.endswith('.onnx'):
         return draw_exported(args, image)

@@ -147,6 +147,27 @@ def test_wrapped_stem_and_positional_encoding(mode):
     assert not torch.allclose(changed[2], outputs(expected, X, mode)[2])
 
 
+def test_stem_replaced_for_other_channels_takes_them():
+    """A stem whose first convolution takes 4 channels (RGB-D, say): the
+    backbone takes 4-channel images, as its stem now does, and refuses
+    3-channel ones with its own message."""
+    torch.manual_seed(0)
+    model = XCiT(arch='nano_12_p16', depth=4, out_indices=(0, 1, 2, 3))
+    first = model.patch_embed.proj[0][0]
+    model.patch_embed.proj[0][0] = nn.Conv2d(
+        4, first.out_channels, first.kernel_size, first.stride,
+        first.padding, bias=False)
+    model.eval()
+    x = torch.randn(1, 4, 40, 56)
+    with torch.no_grad():
+        outs = model(x)
+        with fast_path(False):
+            refs = model(x)
+    assert_outputs_close(outs, refs)
+    with pytest.raises(ValueError, match=r'\(B, 4, H, W\).*\(1, 3, 40, 56\)'):
+        model(torch.randn(1, 3, 40, 56))
+
+
 def test_dropout_switched_on_in_an_eval_model():
     """MC dropout: dropout modules put in training mode inside an eval-mode
     model act (rate 1: everything dropped, so the effect is exact)."""

@@ -174,7 +174,7 @@ class XCiT(BaseModule):
                             drop_path_rate)
         super().__init__(init_cfg=init_cfg)
         self.arch, self.arch_settings = arch, settings
-        self.patch_size, self.in_channels = settings['patch_size'], in_channels
+        self.patch_size = settings['patch_size']
         self.embed_dim = self.num_features = dim = settings['embed_dim']
         self.depth, self.out_indices = settings['depth'], out_indices
         self.frozen_stages, self.norm_eval = frozen_stages, norm_eval
@@ -234,14 +234,23 @@ class XCiT(BaseModule):
                 for level in range(1, len(self.out_strides) + 1)]
 
     # ------------------------------------------------------------ forward
+    @property
+    def in_channels(self) -> int:
+        """Channels of the images the backbone takes: those of its stem's
+        first convolution (a stem replaced or edited is asked, not the
+        constructor's ``in_channels``)."""
+        return next(m.in_channels for m in self.patch_embed.modules()
+                    if isinstance(m, nn.Conv2d))
+
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """NCHW images -> 4 NCHW maps of strides 4, 8, 16, 32; level ``i``
         of an ``H x W`` input is ``ceil(H / s_i) x ceil(W / s_i)``."""
-        if x.dim() != 4 or x.shape[1] != self.in_channels or \
+        channels = self.in_channels
+        if x.dim() != 4 or x.shape[1] != channels or \
                 x.shape[2] < 1 or x.shape[3] < 1:
             raise ValueError(
                 f'XCiT takes a batch of images, a tensor of shape (B, '
-                f'{self.in_channels}, H, W) with H, W >= 1 (any size: level '
+                f'{channels}, H, W) with H, W >= 1 (any size: level '
                 f'i is ceil(H / s_i) x ceil(W / s_i)); got shape '
                 f'{tuple(x.shape)}.')
         if torch.is_grad_enabled():  # DDP's buckets: see ops/grad_layout.py

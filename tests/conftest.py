@@ -290,6 +290,45 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+#: a matplotlib backend whose windows are a list of the titles shown
+_WINDOW_BACKEND = """
+from matplotlib.backend_bases import FigureManagerBase
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+SHOWN = []
+
+
+class FigureManager(FigureManagerBase):
+    def set_window_title(self, title):
+        self.title = title
+
+    def show(self):
+        SHOWN.append(self.title)
+
+
+class FigureCanvas(FigureCanvasAgg):
+    manager_class = FigureManager
+"""
+
+
+@pytest.fixture
+def windows(tmp_path, monkeypatch):
+    """matplotlib opening windows as with a display: the titles of the
+    windows shown, in order (a backend of this fixture's; the one before
+    is put back after the test)."""
+    import matplotlib.pyplot as plt
+    (tmp_path / 'window_backend.py').write_text(_WINDOW_BACKEND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = plt.get_backend()
+    plt.switch_backend('module://window_backend')
+    try:
+        yield sys.modules['window_backend'].SHOWN
+    finally:
+        plt.close('all')
+        plt.switch_backend(before)
+        del sys.modules['window_backend']
+
+
 @pytest.fixture(scope='session')
 def tiny_coco(tmp_path_factory):
     """A small synthetic COCO dataset, made once per test session."""

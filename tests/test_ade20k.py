@@ -97,7 +97,7 @@ default_hooks = dict(logger=dict(interval=1),
     return path
 
 
-def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path):
+def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
     cfg = _config(tmp_path, tiny_ade20k)
     work = tmp_path / 'work'
     proc = run_tool_here('tools/train.py', cfg, '--work-dir', work)
@@ -119,6 +119,24 @@ def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path):
     assert label.shape == (128, 128)
     assert 1 <= label.min() and label.max() <= 5
     assert len(list((tmp_path / 'test' / show).rglob('*.png'))) == 4
+    # --show: a window per image (a stand-in for a display here), as in
+    # mmseg's tools/test.py; with --show-dir too, one paragraph: mmseg's
+    # hook saves nothing while it shows
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+                         '--work-dir', tmp_path / 'show', '--show',
+                         '--wait-time', '0.01')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    images = sorted((tiny_ade20k / 'images' / 'validation').iterdir())
+    # mmseg's window titles: the phase and the image's name
+    assert sorted(windows) == [f'test_{p.name}' for p in images]
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+                         '--work-dir', tmp_path / 'both', '--show',
+                         '--show-dir', show)
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert 'Give --show or --show-dir for segmentation, not both' in \
+        proc.stderr.splitlines()[-1]
+    assert not (tmp_path / 'both').exists()
+
 
 
 def test_label_beyond_classes_names_file(tiny_ade20k, tmp_path):

@@ -93,12 +93,15 @@ def test_resume_continues_with_same_state(trained, tmp_path):
     assert (work / 'iter_6.pth').is_file()
 
 
-def test_test_tool_writes_predictions_and_drawings(trained, tmp_path):
+def test_test_tool_writes_predictions_and_drawings(trained, tmp_path,
+                                                   windows):
+    """--out, --show-dir and --show (a window per image, here a stand-in
+    for a display) together, as in mmdet's tools/test.py."""
     cfg, work, _ = trained
     out_pkl, show = tmp_path / 'preds.pkl', 'shown'
     proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
                          '--work-dir', tmp_path, '--out', out_pkl,
-                         '--show-dir', show)
+                         '--show-dir', show, '--show', '--wait-time', '0.01')
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert re.search(r'coco/segm_mAP: [\d.]+', out)
@@ -107,14 +110,38 @@ def test_test_tool_writes_predictions_and_drawings(trained, tmp_path):
     assert len(preds) == 4 and 'pred_instances' in preds[0]
     drawn = list(tmp_path.rglob(f'{show}/*.png'))
     assert len(drawn) == 4
+    assert sorted(windows) == sorted(p.name for p in drawn)
+
+
+def test_show_without_a_display_fails_cleanly(trained, tmp_path):
+    """--show where matplotlib can open no window (no display: its backend
+    writes files) is refused before the test, not left waiting unseen."""
+    import matplotlib.pyplot as plt
+    cfg, work, _ = trained
+    before = plt.get_backend()
+    plt.switch_backend('agg')
+    try:
+        proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+                             '--work-dir', tmp_path / 'work', '--show')
+    finally:
+        plt.switch_backend(before)
+    _fails_cleanly(proc, re.escape("--show opens a window for each image, "
+                                   "and matplotlib opens none here (its "
+                                   "backend is 'agg'"), '--show-dir DIR')
+    assert not (tmp_path / 'work').exists()
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+                         '--show', '--wait-time', '-1')
+    assert proc.returncode == 2
+    assert '-1 is not a number of seconds >= 0' in proc.stderr
 
 
 def test_demo_tool_draws(trained, tiny_coco, tmp_path):
     cfg, work, _ = trained
     image = next((tiny_coco / 'val').glob('*.png'))
     out = tmp_path / 'vis' / 'result.jpg'
+    # the names of mmseg's and mmdet 3's demo/image_demo.py
     proc = run_tool_here('tools/demo.py', image, cfg, work / 'iter_4.pth',
-                         '--out', out, '--score-thr', '0.0')
+                         '--out-file', out, '--pred-score-thr', '0.0')
     assert proc.returncode == 0, proc.stderr[-3000:]
     drawn = cv2.imread(str(out))
     assert drawn is not None and drawn.shape[:2] == (128, 128)

@@ -39,9 +39,12 @@ def parse_args():
     parser.add_argument(
         'checkpoint', nargs='?', help='checkpoint file or http(s) URL (ours, '
         'or a published XCiT detector / segmentor); not with an .onnx file')
-    parser.add_argument('--out', required=True, help='output image file')
+    # the names of mmdet's and mmseg's demo/image_demo.py too
+    parser.add_argument('--out', '--out-file', dest='out', required=True,
+                        help='output image file')
     parser.add_argument('--device', default='cpu', help='e.g. cpu, cuda:0')
-    parser.add_argument('--score-thr', type=float, default=0.3,
+    parser.add_argument('--score-thr', '--pred-score-thr', dest='score_thr',
+                        type=float, default=0.3,
                         help='detection: smallest score drawn')
     parser.add_argument('--opacity', type=float, default=0.5,
                         help='segmentation: opacity of the label map')

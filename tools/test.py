@@ -4,7 +4,8 @@ One script for both toolkits: the config's ``default_scope`` (``mmdet`` or
 ``mmseg``) decides the registries. Arguments are those of mmdet's and mmseg's
 ``tools/test.py``: for detection ``--out`` is a ``.pkl`` file of the raw
 predictions; for segmentation it is a directory of predicted label maps
-(PNG). ``--show-dir`` draws the predictions on the images.
+(PNG). ``--show-dir`` draws the predictions on the images into files,
+``--show`` in a window (``--wait-time`` seconds each).
 
 CHECKPOINT may also be an ``.onnx`` file of the whole segmentor or detector
 written by tools/export_onnx.py (fp32 or INT8): it is evaluated the same
@@ -37,8 +38,15 @@ def parse_args():
         '--out', help='detection: .pkl file of the predictions; '
         'segmentation: directory for the predicted label maps')
     parser.add_argument(
+        '--show', action='store_true',
+        help='show each image with its predictions drawn, in a window')
+    parser.add_argument(
         '--show-dir', help='directory (inside the work dir) where images '
         'with the predictions drawn are saved')
+    parser.add_argument(
+        '--wait-time', type=seconds, default=2,
+        help='seconds each image is shown with --show (0: until a key is '
+        'pressed)')
     parser.add_argument(
         '--tta', action='store_true',
         help='test-time augmentation: the config\'s tta_model around its '
@@ -51,18 +59,59 @@ def parse_args():
     return parser.parse_args()
 
 
-def enable_visualization(cfg, show_dir):
+def seconds(text):
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f'{text} is not a number of '
+                                         'seconds >= 0')
+    return value
+
+
+#: matplotlib's backends that draw into files and open no window
+FILE_BACKENDS = ('agg', 'cairo', 'pdf', 'pgf', 'ps', 'svg', 'template')
+
+
+def check_display():
+    """``--show`` draws through matplotlib (mmengine's
+    ``Visualizer.show``), whose backend here must open windows: with a
+    backend that writes files, each image would only wait its
+    ``--wait-time`` unseen (for ever with 0)."""
+    import matplotlib.pyplot as plt
+    backend = plt.get_backend()
+    if backend.lower() in FILE_BACKENDS:
+        raise UserError(
+            f'--show opens a window for each image, and matplotlib opens '
+            f'none here (its backend is {backend!r}: no display, or '
+            f'MPLBACKEND names a backend that writes files). Save the drawn '
+            f'images with --show-dir DIR instead, or run where there is a '
+            f'display.')
+
+
+def enable_visualization(cfg, args):
+    """The config's visualization hook on, as mmdet's and mmseg's
+    tools/test.py turn it on: drawing every image, in a window
+    (``--show``) and/or into files (``--show-dir``)."""
     hook = cfg.default_hooks.get('visualization')
     if hook is None:
-        raise UserError('--show-dir needs a visualization hook in '
+        raise UserError('--show and --show-dir need a visualization hook in '
                         'default_hooks of the config.')
+    if args.show and args.show_dir and cfg.default_scope != 'mmdet':
+        raise UserError(
+            'Give --show or --show-dir for segmentation, not both: mmseg\'s '
+            'visualization hook saves no image while it shows them.')
     hook['draw'] = True
     hook['interval'] = 1
+    if args.show:
+        check_display()
+        hook['show'] = True
+        hook['wait_time'] = args.wait_time
+    if not args.show_dir:
+        return
     if cfg.default_scope == 'mmdet':
-        hook['test_out_dir'] = show_dir
+        hook['test_out_dir'] = args.show_dir
     else:  # mmseg's hook saves through the visualizer; like mmdet's
         # test_out_dir, a relative show_dir lives in the work dir
-        cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, show_dir)
+        cfg.visualizer['save_dir'] = osp.join(cfg.work_dir, args.show_dir)
 
 
 def use_tta(cfg):
@@ -115,8 +164,8 @@ def main():
     if inner.get('backbone', {}).get('init_cfg'):
         inner.backbone.init_cfg = None
 
-    if args.show_dir:
-        enable_visualization(cfg, args.show_dir)
+    if args.show or args.show_dir:
+        enable_visualization(cfg, args)
     if args.out:
         if cfg.default_scope == 'mmdet':
             if not args.out.endswith(('.pkl', '.pickle')):

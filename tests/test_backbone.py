@@ -102,7 +102,7 @@ def test_backbone_demo_prints_the_pyramid_and_refuses_empty_sizes():
     proc = run_tool_here('tools/demo_backbone.py', '--size', 0, 64)
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].endswith(
-        "argument --size: sizes are positive integers, got '0'")
+        "argument --size: expected a positive integer, got '0'")
 
 
 @pytest.mark.parametrize('patch,ops', [

@@ -256,6 +256,38 @@ def test_setting_always_runs_where_the_policy_says_no(taken, monkeypatch):
     assert taken == set()
 
 
+@pytest.mark.parametrize('setting', [True, 'always'])
+def test_a_trace_records_the_straightforward_computation(taken, setting):
+    """``torch.jit.trace``, which mmengine's FLOP counter (and mmdet's and
+    mmseg's get_flops.py) runs, takes no fast path whatever the switches
+    (their oneDNN calls cannot be traced, their choices by size would be
+    frozen): the trace holds the straightforward computation's operators,
+    counts its FLOPs and computes its outputs; a compile_cfg is not
+    compiled under a trace."""
+    from mmengine.analysis import FlopAnalyzer
+    model = randomized(compile_cfg=True).eval()
+    ref = copy.deepcopy(model)
+    ref.set_fast_path(False)
+    ref.compile_cfg = None
+    with torch.no_grad(), fast_path(setting):
+        traced = torch.jit.trace(model, X, check_trace=False)
+        counted = FlopAnalyzer(model, X).total()
+        assert taken == set()
+        assert model.compile_failure is None
+        assert model.__dict__.get('_compiled_forward') is None
+        model.compile_cfg = None
+        model(X)  # eagerly, the same switches take every fast path
+    assert taken == set(policy.POLICY)
+
+    def operators(module):
+        return sorted(node.kind() for node in module.inlined_graph.nodes())
+    with torch.no_grad():
+        assert operators(traced) == operators(
+            torch.jit.trace(ref, X, check_trace=False))
+        assert counted == FlopAnalyzer(ref, X).total() > 0
+        assert_outputs_close(traced(X), ref(X))
+
+
 def test_settings_combine():
     assert policy.combined(True, True) is True
     assert policy.combined(True, 'always') == 'always'

@@ -9,14 +9,7 @@ import torch
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense import ARCH_SETTINGS, XCiT  # noqa: E402
-from xcit_dense.cli import run_cli  # noqa: E402
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(
-            f'sizes are positive integers, got {text!r}')
-    return int(text)
+from xcit_dense.cli import positive_int, run_cli  # noqa: E402
 
 
 def main():

@@ -1,8 +1,9 @@
 """What the tools share on the command line: loading a config (a file or
 a model of the model index), the options ``tools/train.py`` and
-``tools/test.py`` share with mmdet's and mmseg's, ending a tool with one
-paragraph on bad input (:class:`~xcit_dense.errors.XCiTDenseError`), and
-ending its process without the interpreter's last garbage collections."""
+``tools/test.py`` share with mmdet's and mmseg's, argument types, ending a
+tool with one paragraph on bad input
+(:class:`~xcit_dense.errors.XCiTDenseError`), and ending its process
+without the interpreter's last garbage collections."""
 import argparse
 import atexit
 import gc
@@ -77,6 +78,14 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
         raise UserError(f'Cannot load the config {path}: '
                         f'{type(e).__name__}: {e}') from e
     return cfg
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (sizes, counts)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f'expected a positive integer, got {text!r}')
+    return int(text)
+
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options train.py and test.py share, as in mmdet and mmseg."""

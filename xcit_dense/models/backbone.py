@@ -266,7 +266,8 @@ class XCiT(BaseModule):
     def _forward_maybe_compiled(
             self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         options = self.compile_options(x.device.type)
-        if options is None or torch.compiler.is_compiling():
+        if options is None or torch.compiler.is_compiling() or \
+                torch.jit.is_tracing():
             graphed = self.graphed(x.device.type)
             auto = self.cuda_graphs == 'auto'
             if 'infer' in graphed and cuda_graphs.applies(self, x):

@@ -6,7 +6,9 @@ XCA, LPI, MLP, block, pyramid up-sampler) keeps its straightforward
 computation beside it in the same ``forward`` and takes the fast one only
 when :func:`applies` says so:
 
-1. the switches allow it, globally and for that module (see below);
+1. the switches allow it, globally and for that module (see below), and
+   the call is not in a ``torch.jit`` trace (a trace, as the FLOP counters
+   take, records the straightforward computation);
 2. the module is exactly the class the fast path was written for (a
    subclass, a wrapper or a replacement runs its own ``forward``);
 3. with the default setting ``True``, :data:`POLICY` says the fast path pays
@@ -224,9 +226,18 @@ def pays(part: str, device_type: str, compiling: bool) -> bool:
 
 def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
     """The fast path written for ``cls`` may run for ``module`` on input
-    ``x``: the switches allow it, ``module`` is an instance of exactly
-    ``cls``, and (setting ``True``) the policy says it pays on ``x``'s
-    device in the current mode."""
+    ``x``: not in a ``torch.jit`` trace, the switches allow it, ``module``
+    is an instance of exactly ``cls``, and (setting ``True``) the policy
+    says it pays on ``x``'s device in the current mode.
+
+    A trace records the straightforward computation, whatever the
+    switches: the operators and the arithmetic of the published design,
+    which the FLOP counters built on traces count (mmengine's
+    ``get_model_complexity_info``, and with it mmdet's and mmseg's
+    ``get_flops.py``; fvcore); a fast path's oneDNN calls cannot be traced,
+    and its choices by input size would be frozen into the trace."""
+    if torch.jit.is_tracing():
+        return False
     setting = combined(SWITCHES.fast_path, module.use_fast_path)
     if setting is False or type(module) is not cls:
         return False

@@ -1,0 +1,148 @@
+"""Count a detector's or segmentor's FLOPs and parameters, as mmdet's and
+mmseg's tools/analysis_tools/get_flops.py do.
+
+    python tools/get_flops.py CONFIG [--shape H [W]] [--num-images N]
+
+With ``--shape`` (mmseg's option), one image of that size (H alone: H x H)
+through the config's data preprocessor; without it, detection averages the
+first ``--num-images`` images of the config's validation set (mmdet's way),
+segmentation takes mmseg's default, ``--shape 2048 1024``. mmengine's counter
+counts one multiply-add as one FLOP over the model's 'tensor'-mode forward
+(mmdet 3's: the RoI heads on the RPN's proposals, up to the test config's
+1000, masks on the first 100 of them, a cascade's on all of them at every
+stage), and the backbone's published arithmetic: a trace takes none of its
+fast paths (xcit_dense/complexity.py). The auxiliary head of a segmentor,
+used in training only, is left out, as in mmseg's tool.
+"""
+import argparse
+import os.path as osp
+import statistics
+import sys
+
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+from mmengine.config import DictAction  # noqa: E402
+
+from xcit_dense.cli import load_config, positive_int, run_cli  # noqa: E402
+from xcit_dense.errors import UserError  # noqa: E402
+from xcit_dense.preflight import check_backbone, check_datasets  # noqa: E402
+from xcit_dense.toolkits import check_toolkit  # noqa: E402
+
+#: mmseg's get_flops.py default input, (H, W)
+SEGMENTATION_SHAPE = (2048, 1024)
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('config', help='config file (or a model of the '
+                        'model index)')
+    parser.add_argument(
+        '--shape', type=positive_int, nargs='+',
+        help='input image size, H [W] (default: detection, images of the '
+        'validation set; segmentation, 2048 1024)')
+    parser.add_argument(
+        '--num-images', type=positive_int, default=100,
+        help='detection without --shape: the validation images averaged')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        default={}, help='override settings in the config')
+    args = parser.parse_args()
+    if args.shape is not None and len(args.shape) > 2:
+        parser.error(f'--shape takes H or H W, got {len(args.shape)} numbers')
+    return args
+
+
+def random_batch(scope, shape):
+    """One random image of ``shape`` (H, W) and its data sample, as mmseg's
+    get_flops.py makes it (seeded: a detector's proposals, and so the
+    count of its RoI heads, depend on the image)."""
+    import torch
+    if scope == 'mmdet':
+        from mmdet.structures import DetDataSample as Sample
+    else:
+        from mmseg.structures import SegDataSample as Sample
+    meta = dict(img_shape=shape, ori_shape=shape, pad_shape=shape,
+                scale_factor=(1.0, 1.0))
+    image = torch.randint(0, 256, (3, *shape), dtype=torch.uint8,
+                          generator=torch.Generator().manual_seed(0))
+    return dict(inputs=[image],
+                data_samples=[Sample(metainfo=meta)])
+
+
+def validation_batches(cfg, number):
+    """The first ``number`` images of the config's validation set, one a
+    batch, as mmdet's get_flops.py reads them."""
+    from mmengine.runner import Runner
+    check_datasets(cfg, ('val', ))
+    loader = dict(cfg.val_dataloader, batch_size=1, num_workers=0,
+                  persistent_workers=False)
+    for i, batch in enumerate(Runner.build_dataloader(loader)):
+        if i == number:
+            return
+        yield batch
+
+
+def size(number, unit=''):
+    """``number`` in G or M, as the tables print FLOPs and parameters."""
+    if number >= 1e9:
+        return f'{number / 1e9:.1f}G{unit}'
+    return f'{number / 1e6:.2f}M{unit}'
+
+
+def main():
+    args = parse_args()
+    cfg = load_config(args.config, args.cfg_options)
+    scope = check_toolkit(cfg.get('default_scope'))
+    check_backbone(cfg)
+    shape = args.shape
+    if shape is None and scope == 'mmseg':
+        shape = SEGMENTATION_SHAPE
+    if shape is not None:
+        shape = (shape[0], shape[-1])
+        batches = [random_batch(scope, shape)]
+        compute_type = 'direct: randomly generate a picture'
+    else:
+        batches = validation_batches(cfg, args.num_images)
+        compute_type = 'dataloader: load a picture from the dataset'
+
+    import torch
+    from mmengine.model import revert_sync_batchnorm
+
+    from xcit_dense.complexity import count
+    from xcit_dense.inference import init_model
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    model = revert_sync_batchnorm(init_model(cfg, None, device))
+    if getattr(model, 'auxiliary_head', None) is not None:
+        model.auxiliary_head = None  # training only, as in mmseg's tool
+    counts = []
+    for batch in batches:
+        data = model.data_preprocessor(batch)
+        counts.append(count(model, data['inputs'], data['data_samples']))
+        sample = data['data_samples'][0]
+        padded = tuple(data['inputs'].shape[-2:])
+        given = tuple(sample.ori_shape) if shape is None else shape
+    if not counts:
+        raise UserError('The validation set of the config has no images.')
+    last = counts[-1]
+    flops = statistics.mean(c.flops for c in counts)
+    line = '=' * 30
+    if padded != given:
+        print(f'{line}\nUse size divisor set input shape from {given} to '
+              f'{padded}')
+    images = '' if len(counts) == 1 else \
+        f' (the last of {len(counts)} images; Flops: their mean)'
+    print(f'{line}\nCompute type: {compute_type}\n'
+          f'Input shape: {padded}{images}\nFlops: {size(flops)}\n'
+          f'Params: {size(last.params)}\n{line}')
+    if last.backbone_params:
+        backbone = statistics.mean(c.backbone_flops for c in counts)
+        print(f'Backbone ({type(model.backbone).__name__}): Flops '
+              f'{size(backbone)}, Params {size(last.backbone_params)}')
+    uncounted = ', '.join(f'{op} ({n})'
+                          for op, n in sorted(last.uncounted.items()))
+    print('Flops are multiply-adds (as in mmdet\'s and mmseg\'s tables) of '
+          'the operators mmengine\'s counter has rules for; not counted '
+          f'(how often each ran): {uncounted or "none"}.')
+
+
+if __name__ == '__main__':
+    run_cli(main)

@@ -81,11 +81,12 @@ def test_detector_on_validation_images_and_on_one_shape(tiny_coco):
 
 
 @pytest.mark.parametrize('demo', ['upernet', 'mask2former'])
-def test_segmentor_without_its_auxiliary_head(demo):
+def test_segmentor_without_its_auxiliary_head(demo, tiny_ade20k):
     """mmseg's way: one image (``--shape H``: square), the auxiliary head,
     which only training runs, left out; a Mask2Former head, which mmseg's
     'tensor' mode calls without the data samples it needs, counted as its
-    prediction runs it."""
+    prediction runs it. ``--num-images``: validation images, as for
+    detection."""
     config = ADE20K / f'demo_{demo}_xcit_nano_synthetic.py'
     proc = run_tool_here('tools/get_flops.py', config, '--shape', '64')
     kind, shape, flops, params, backbone, _ = _counts(proc)
@@ -93,6 +94,15 @@ def test_segmentor_without_its_auxiliary_head(demo):
     assert shape == '(64, 64)'
     assert params == _size(_parameters(config)[0])
     assert backbone == _size(_backbone_flops(64, 64))
+    if demo == 'upernet':
+        proc = run_tool_here(
+            'tools/get_flops.py', config, '--num-images', '1',
+            '--cfg-options',
+            f'val_dataloader.dataset.data_root={tiny_ade20k}/')
+        kind, shape, _, _, backbone, _ = _counts(proc)
+        assert kind == 'dataloader: load a picture from the dataset'
+        h, w = map(int, shape.strip('()').split(', '))
+        assert backbone == _size(_backbone_flops(h, w))
 
 
 def test_bad_input_is_one_paragraph(tmp_path):
@@ -100,6 +110,10 @@ def test_bad_input_is_one_paragraph(tmp_path):
                          '2', '3')
     assert proc.returncode == 2
     assert '--shape takes H or H W, got 3 numbers' in proc.stderr
+    proc = run_tool_here('tools/get_flops.py', COCO_DEMO, '--shape', '64',
+                         '--num-images', '2')
+    assert proc.returncode == 2
+    assert 'give one of them' in proc.stderr
     proc = run_tool_here('tools/get_flops.py', COCO_DEMO, '--cfg-options',
                          f'val_dataloader.dataset.data_root={tmp_path}/no/')
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr

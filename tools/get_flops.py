@@ -4,9 +4,10 @@ mmseg's tools/analysis_tools/get_flops.py do.
     python tools/get_flops.py CONFIG [--shape H [W]] [--num-images N]
 
 With ``--shape`` (mmseg's option), one image of that size (H alone: H x H)
-through the config's data preprocessor; without it, detection averages the
-first ``--num-images`` images of the config's validation set (mmdet's way),
-segmentation takes mmseg's default, ``--shape 2048 1024``. mmengine's counter
+through the config's data preprocessor; with ``--num-images N`` (mmdet's), the
+mean over the first N images of the config's validation set, through its
+test pipeline. Without either, detection takes mmdet's default (100 images)
+and segmentation mmseg's (``--shape 2048 1024``). mmengine's counter
 counts one multiply-add as one FLOP over the model's 'tensor'-mode forward
 (mmdet 3's: the RoI heads on the RPN's proposals, up to the test config's
 1000, masks on the first 100 of them, a cascade's on all of them at every
@@ -38,16 +39,21 @@ def parse_args():
                         'model index)')
     parser.add_argument(
         '--shape', type=positive_int, nargs='+',
-        help='input image size, H [W] (default: detection, images of the '
-        'validation set; segmentation, 2048 1024)')
+        help='one random image of this size, H [W] (segmentation\'s '
+        'default: 2048 1024)')
     parser.add_argument(
-        '--num-images', type=positive_int, default=100,
-        help='detection without --shape: the validation images averaged')
+        '--num-images', type=positive_int,
+        help='the mean over this many images of the validation set '
+        '(detection\'s default: 100)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         default={}, help='override settings in the config')
     args = parser.parse_args()
     if args.shape is not None and len(args.shape) > 2:
         parser.error(f'--shape takes H or H W, got {len(args.shape)} numbers')
+    if args.shape is not None and args.num_images is not None:
+        parser.error('--shape counts one random image of that size, '
+                     '--num-images the validation set\'s images: give one '
+                     'of them')
     return args
 
 
@@ -70,9 +76,9 @@ def random_batch(scope, shape):
 
 def validation_batches(cfg, number):
     """The first ``number`` images of the config's validation set, one a
-    batch, as mmdet's get_flops.py reads them."""
+    batch, as mmdet's get_flops.py reads them (read once the toolkit is
+    set up: the model's building does that)."""
     from mmengine.runner import Runner
-    check_datasets(cfg, ('val', ))
     loader = dict(cfg.val_dataloader, batch_size=1, num_workers=0,
                   persistent_workers=False)
     for i, batch in enumerate(Runner.build_dataloader(loader)):
@@ -81,11 +87,11 @@ def validation_batches(cfg, number):
         yield batch
 
 
-def size(number, unit=''):
+def size(number):
     """``number`` in G or M, as the tables print FLOPs and parameters."""
     if number >= 1e9:
-        return f'{number / 1e9:.1f}G{unit}'
-    return f'{number / 1e6:.2f}M{unit}'
+        return f'{number / 1e9:.1f}G'
+    return f'{number / 1e6:.2f}M'
 
 
 def main():
@@ -94,14 +100,15 @@ def main():
     scope = check_toolkit(cfg.get('default_scope'))
     check_backbone(cfg)
     shape = args.shape
-    if shape is None and scope == 'mmseg':
+    if shape is None and args.num_images is None and scope == 'mmseg':
         shape = SEGMENTATION_SHAPE
     if shape is not None:
         shape = (shape[0], shape[-1])
         batches = [random_batch(scope, shape)]
         compute_type = 'direct: randomly generate a picture'
     else:
-        batches = validation_batches(cfg, args.num_images)
+        check_datasets(cfg, ('val', ))
+        batches = validation_batches(cfg, args.num_images or 100)
         compute_type = 'dataloader: load a picture from the dataset'
 
     import torch

@@ -217,6 +217,31 @@ def test_policy_on_cuda(taken):  # noqa: F811
     assert taken == set(policy.POLICY) - {'CachedFourierEncoding'}
 
 
+def test_a_trace_on_cuda_takes_no_kernel_nor_graph(no_tf32, taken):  # noqa: F811
+    """A ``torch.jit`` trace on CUDA (what FLOP counters and
+    tools/get_flops.py run on a GPU) takes neither the Triton kernels nor
+    the CUDA graphs of a model that replays them: it counts the
+    straightforward computation's FLOPs, as on the CPU, and its graph
+    computes the straightforward outputs."""
+    from mmengine.analysis import FlopAnalyzer
+    model = randomized(cuda_graphs=True).cuda().eval()
+    x = X.cuda()
+    with torch.no_grad():
+        model(x)
+        assert len(model.graphs.graphs) == 1  # replayed from now on
+        taken.clear()
+        counted = FlopAnalyzer(model, x).total()
+        traced = torch.jit.trace(model, x, check_trace=False)
+        assert taken == set()
+        assert len(model.graphs.graphs) == 1
+        assert counted == FlopAnalyzer(randomized(fast_path=False).eval(),
+                                       X).total()
+        with fast_path(False):
+            refs = model(x)
+        for out, ref in zip(traced(x), refs):
+            assert _relative(out, ref) < 1e-5
+
+
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float16,
                                    torch.bfloat16])
 def test_xca_kernels_match_the_straightforward_attention(no_tf32, dtype):

@@ -161,6 +161,23 @@ def test_only_inference_is_graphed(replays):
         XCiT('nano_12_p16', cuda_graphs='yes')
 
 
+def test_a_trace_is_not_replayed(replays):
+    """A ``torch.jit`` trace (FLOP counters, tools/get_flops.py) of a model
+    that replays runs the forward itself: no replay, no capture, the
+    forward's operators in the trace."""
+    net = model()
+    infer(net)
+    assert net.graphs.captures == 1
+    done = len(replays)
+    with torch.no_grad():
+        traced = torch.jit.trace(net, X, check_trace=False)
+    assert len(replays) == done and net.graphs.captures == 1
+    assert any(node.kind() == 'aten::softmax'
+               for node in traced.inlined_graph.nodes())
+    for out, ref in zip(traced(X), infer(net)):
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-5)
+
+
 def test_outputs_are_the_callers_and_graphs_are_bounded(replays,
                                                        monkeypatch):
     net = model()

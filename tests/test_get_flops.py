@@ -117,5 +117,6 @@ def test_bad_input_is_one_paragraph(tmp_path):
     proc = run_tool_here('tools/get_flops.py', COCO_DEMO, '--cfg-options',
                          f'val_dataloader.dataset.data_root={tmp_path}/no/')
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr
-    assert re.search(r'^error: .*data root .* does not exist',
+    assert re.search(r'^error: .*data root .* does not exist.*; or count '
+                     r'one image of a given size instead: --shape H W',
                      proc.stderr.splitlines()[-1])

@@ -107,7 +107,12 @@ def main():
         batches = [random_batch(scope, shape)]
         compute_type = 'direct: randomly generate a picture'
     else:
-        check_datasets(cfg, ('val', ))
+        try:
+            check_datasets(cfg, ('val', ))
+        except UserError as e:
+            raise UserError(f'{str(e).rstrip(".")}; or count one image '
+                            f'of a given size instead: --shape H W (e.g. '
+                            f'--shape 800 1333).')
         batches = validation_batches(cfg, args.num_images or 100)
         compute_type = 'dataloader: load a picture from the dataset'
 

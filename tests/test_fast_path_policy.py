@@ -288,6 +288,23 @@ def test_a_trace_records_the_straightforward_computation(taken, setting):
         assert_outputs_close(traced(X), ref(X))
 
 
+def test_torchscript_onnx_export_of_the_default_model(tmp_path):
+    """PyTorch's TorchScript-based ONNX exporter (``dynamo=False``, the
+    route of mmdeploy and of older tools) traces the default model: the
+    straightforward computation, which onnxruntime runs to PyTorch's
+    outputs."""
+    import onnxruntime
+    model = randomized().eval()
+    path = tmp_path / 'xcit.onnx'
+    with torch.no_grad():
+        torch.onnx.export(model, (X, ), str(path), dynamo=False,
+                          opset_version=17, input_names=['input'])
+        refs = model(X)
+    outs = onnxruntime.InferenceSession(str(path)).run(
+        None, dict(input=X.numpy()))
+    assert_outputs_close(tuple(map(torch.from_numpy, outs)), refs)
+
+
 def test_settings_combine():
     assert policy.combined(True, True) is True
     assert policy.combined(True, 'always') == 'always'

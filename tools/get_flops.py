@@ -129,9 +129,9 @@ def main():
     for batch in batches:
         data = model.data_preprocessor(batch)
         counts.append(count(model, data['inputs'], data['data_samples']))
-        sample = data['data_samples'][0]
+        # the image as the pipeline left it, and as the preprocessor padded it
+        given = tuple(data['data_samples'][0].img_shape)
         padded = tuple(data['inputs'].shape[-2:])
-        given = tuple(sample.ori_shape) if shape is None else shape
     if not counts:
         raise UserError('The validation set of the config has no images.')
     last = counts[-1]

@@ -400,10 +400,11 @@ def _diff_to_exported(base: str, out, x) -> dict:
 
 def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
     """Multiply-adds per image: ``gmac_per_image`` of the published design
-    (mmengine's counter; every XCiT variant computes the same maths, so it
-    is counted on the straightforward path, whose operators the counter
-    knows -- not the oneDNN custom operators, checkpointing or compiled
-    code) and, for the XCiT fast path, ``executed_gmac_per_image``."""
+    (mmengine's counter, whose trace takes the straightforward computation;
+    every XCiT variant computes the same maths, so it is counted on an
+    eval-mode model of the straightforward variant, not on the row's, which
+    may train, checkpoint or compile) and, for the XCiT fast path,
+    ``executed_gmac_per_image``."""
     from mmengine.analysis import FlopAnalyzer
     fast = base.startswith('xcit_') and not variants & {'reference',
                                                           'published'}

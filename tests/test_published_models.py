@@ -251,6 +251,41 @@ def test_detector_from_a_url_predicts_as_our_layout(coco_pair, loopback,
     assert any(len(p['pred_instances']['scores']) for p in preds['ours'])
 
 
+def test_mm_apis_take_published_files_as_they_are(coco_pair, tmp_path,
+                                                  tiny_ade20k, capsys):
+    """mmdet's ``init_detector`` and ``DetInferencer`` and mmseg's
+    ``init_model`` load without our tools (mmengine's non-strict
+    ``load_checkpoint``): the backbone reads the published name of its
+    positional encoder, so a published file gives the weights of ours, with
+    nothing missing or left over; ``load_state_dict`` is strict with it."""
+    from mmdet.apis import DetInferencer, init_detector
+    from mmseg.apis import init_model as init_segmentor
+    cfg, ours, pub, published = coco_pair
+    seg_cfg = _tiny_config(tmp_path, ADE_DEMO, tiny_ade20k)
+    (tmp_path / 'seg').mkdir()
+    seg_ours, seg_pub, _ = _write_pair(
+        tmp_path / 'seg', seg_cfg, 'mmseg', ('a', 'b', 'c', 'd', 'e'),
+        palette=[[i, i, i] for i in range(5)])
+    for init, config, files in (
+            (init_detector, cfg, (ours, pub)),
+            (init_segmentor, seg_cfg, (seg_ours, seg_pub))):
+        capsys.readouterr()
+        models = [init(str(config), str(f), device='cpu') for f in files]
+        printed = capsys.readouterr()
+        # mmengine prints what a non-strict load did not match
+        assert 'do not match exactly' not in printed.out + printed.err
+        ref, model = (m.state_dict() for m in models)
+        assert ref.keys() == model.keys()
+        assert all(torch.equal(ref[k], model[k]) for k in ref)
+    models[1].load_state_dict(torch.load(seg_pub)['state_dict'], strict=True)
+    inferencer = DetInferencer(model=str(cfg), weights=str(pub),
+                               device='cpu', show_progress=False)
+    detector = init_detector(str(cfg), str(ours), device='cpu')
+    assert all(torch.equal(a, b) for a, b in zip(
+        inferencer.model.state_dict().values(),
+        detector.state_dict().values()))
+
+
 def test_damaged_published_file_names_the_key(coco_pair, tmp_path):
     from xcit_dense import CheckpointError
     from xcit_dense.checkpoint.published import (

@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import CheckpointError
+from ..models.backbone import PUBLISHED_NAMES
 from .files import read_checkpoint
 from .keys import mismatch_paragraph, without_module_prefix
 
@@ -85,8 +86,9 @@ def convert_state_dict(state_dict: Mapping[str, torch.Tensor]
     """Map a classification / DINO / detector state dict onto backbone names.
 
     Strips the ``module.`` (DDP) and ``backbone.`` (DINO, detectors)
-    prefixes, renames the official ``pos_embeder`` to ``pos_embed`` and
-    drops what the backbone has no use for.
+    prefixes, renames the official ``pos_embeder`` to ``pos_embed``
+    (:data:`~xcit_dense.models.backbone.PUBLISHED_NAMES`) and drops what the
+    backbone has no use for.
 
     Returns:
         The converted state dict, and the dropped keys with the reason.
@@ -103,8 +105,9 @@ def convert_state_dict(state_dict: Mapping[str, torch.Tensor]
         items = kept
     converted: Dict[str, torch.Tensor] = {}
     for k, v in items:
-        if k.startswith('pos_embeder.'):
-            k = 'pos_embed.' + k[len('pos_embeder.'):]
+        for old, new in PUBLISHED_NAMES:
+            if k.startswith(old):
+                k = new + k[len(old):]
         if k.startswith(CLASSIFICATION_ONLY):
             dropped[k] = 'classification only'
             continue

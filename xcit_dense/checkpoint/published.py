@@ -27,10 +27,13 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 
 from ..errors import CheckpointError
+from ..models.backbone import PUBLISHED_NAMES
 from .keys import mismatch_paragraph, without_module_prefix
 
-# Every difference of the published weights' names from ours.
-RENAMED = (('backbone.pos_embeder.', 'backbone.pos_embed.'), )
+# Every difference of the published weights' names from ours: the
+# backbone's (which it also reads itself when loading).
+RENAMED = tuple((f'backbone.{old}', f'backbone.{new}')
+                for old, new in PUBLISHED_NAMES)
 # Top-level entries of the published files that are not the model: the
 # optimizer and apex AMP states of the mmcv 1.x runner.
 TRAINING_STATE = ('optimizer', 'amp')

@@ -46,6 +46,12 @@ from .presets import (
 from .pyramid import crop, make_resampler
 from .stem import ConvPatchEmbed
 
+#: the published code's names of backbone weights that differ from ours
+#: (facebookresearch/xcit: its ImageNet checkpoints and its detection and
+#: segmentation backbone call the positional encoder ``pos_embeder``); a
+#: state dict with them loads as one with ours
+PUBLISHED_NAMES = (('pos_embeder.', 'pos_embed.'), )
+
 #: what an explicit ``cuda_graphs`` replays on the devices graphs run on
 _GRAPHED = {False: frozenset(), True: frozenset({'infer'}),
             'train': frozenset({'infer', 'train'})}
@@ -405,6 +411,21 @@ class XCiT(BaseModule):
         return len(self.blocks)
 
     # ------------------------------------------------------------ weights
+    def _load_from_state_dict(self, state_dict, prefix, *args,
+                              **kwargs) -> None:
+        """Load as ``nn.Module`` does, the published code's names read as
+        ours (:data:`PUBLISHED_NAMES`; not where ours are there too): every
+        loader (``load_state_dict``, mmengine's ``load_checkpoint``, mmdet's
+        ``init_detector`` and ``DetInferencer``, mmseg's ``init_model`` and
+        ``MMSegInferencer``) takes a published detector or segmentor as it
+        is."""
+        for old, new in PUBLISHED_NAMES:
+            for key in [k for k in state_dict if k.startswith(prefix + old)]:
+                ours = prefix + new + key[len(prefix + old):]
+                if ours not in state_dict:
+                    state_dict[ours] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def init_weights(self) -> None:
         """Initialise; with ``init_cfg=dict(type='Pretrained', ...)`` import
         the checkpoint strictly (never a silent partial load)."""

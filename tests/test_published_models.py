@@ -259,6 +259,7 @@ def test_mm_apis_take_published_files_as_they_are(coco_pair, tmp_path,
     positional encoder, so a published file gives the weights of ours, with
     nothing missing or left over; ``load_state_dict`` is strict with it."""
     from mmdet.apis import DetInferencer, init_detector
+    from mmseg.apis import MMSegInferencer
     from mmseg.apis import init_model as init_segmentor
     cfg, ours, pub, published = coco_pair
     seg_cfg = _tiny_config(tmp_path, ADE_DEMO, tiny_ade20k)
@@ -278,12 +279,15 @@ def test_mm_apis_take_published_files_as_they_are(coco_pair, tmp_path,
         assert ref.keys() == model.keys()
         assert all(torch.equal(ref[k], model[k]) for k in ref)
     models[1].load_state_dict(torch.load(seg_pub)['state_dict'], strict=True)
-    inferencer = DetInferencer(model=str(cfg), weights=str(pub),
-                               device='cpu', show_progress=False)
-    detector = init_detector(str(cfg), str(ours), device='cpu')
+    segmentor = MMSegInferencer(model=str(seg_cfg), weights=str(seg_pub),
+                                device='cpu').model
     assert all(torch.equal(a, b) for a, b in zip(
-        inferencer.model.state_dict().values(),
-        detector.state_dict().values()))
+        segmentor.state_dict().values(), ref.values()))
+    detector = DetInferencer(model=str(cfg), weights=str(pub), device='cpu',
+                             show_progress=False).model
+    ref = init_detector(str(cfg), str(ours), device='cpu').state_dict()
+    assert all(torch.equal(a, b) for a, b in zip(
+        detector.state_dict().values(), ref.values()))
 
 
 def test_damaged_published_file_names_the_key(coco_pair, tmp_path):

@@ -148,6 +148,37 @@ def test_demo_tool_draws(trained, tiny_coco, tmp_path):
     assert drawn.std() > 0
 
 
+def test_demo_tool_draws_every_image_of_a_folder(trained, tiny_coco,
+                                                 tmp_path):
+    """A folder of images: each drawn into the folder --out under its name
+    with one model; other files skipped; an --out that is a file, or a
+    folder without images, is one paragraph."""
+    import shutil
+    cfg, work, _ = trained
+    folder = tmp_path / 'images'
+    shutil.copytree(tiny_coco / 'val', folder)
+    (folder / 'notes.txt').write_text('not an image')
+    names = sorted(p.name for p in folder.glob('*.png'))
+    out = tmp_path / 'drawn'
+    proc = run_tool_here('tools/demo.py', folder, cfg, work / 'iter_4.pth',
+                         '--out', out, '--score-thr', '0.0')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == names
+    assert proc.stdout.count(' drawn to ') == len(names) == 4
+    for name in names:
+        drawn = cv2.imread(str(out / name))
+        assert drawn is not None and drawn.shape[:2] == (128, 128)
+    a_file, empty = tmp_path / 'a_file.jpg', tmp_path / 'empty'
+    a_file.write_text('')
+    empty.mkdir()
+    for image, target, message in [
+            (folder, a_file, 'must be a folder for a folder of images'),
+            (empty, tmp_path / 'elsewhere', 'No image in the folder')]:
+        proc = run_tool_here('tools/demo.py', image, cfg,
+                             work / 'iter_4.pth', '--out', target)
+        _fails_cleanly(proc, message)
+
+
 def test_demo_tool_refuses_what_is_no_image(trained, tmp_path):
     cfg, work, _ = trained
     not_image = tmp_path / 'notes.png'

@@ -1,6 +1,8 @@
-"""Draw a detector's or segmentor's predictions on an image.
+"""Draw a detector's or segmentor's predictions on an image, or on every
+image of a folder.
 
     python tools/demo.py IMAGE CONFIG CHECKPOINT --out result.jpg
+    python tools/demo.py FOLDER CONFIG CHECKPOINT --out drawn/
     python tools/demo.py IMAGE MODEL.onnx --out result.jpg \
         [--runtime onnxruntime|openvino]
 
@@ -28,11 +30,13 @@ from xcit_dense.deploy import RUNTIMES, load_exported  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
 from xcit_dense.preflight import check_checkpoint  # noqa: E402
+from xcit_dense.toolkits import use_toolkit  # noqa: E402
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('image', help='image file')
+    parser.add_argument('image', help='image file, or a folder of images '
+                        '(each drawn into the folder --out, under its name)')
     parser.add_argument('config', help='config file, or an .onnx file of a '
                         'segmentor or detector exported by '
                         'tools/export_onnx.py')
@@ -41,7 +45,8 @@ def parse_args():
         'or a published XCiT detector / segmentor); not with an .onnx file')
     # the names of mmdet's and mmseg's demo/image_demo.py too
     parser.add_argument('--out', '--out-file', dest='out', required=True,
-                        help='output image file')
+                        help='output image file (a folder for a folder of '
+                        'images)')
     parser.add_argument('--device', default='cpu', help='e.g. cpu, cuda:0')
     parser.add_argument('--score-thr', '--pred-score-thr', dest='score_thr',
                         type=float, default=0.3,
@@ -56,70 +61,96 @@ def parse_args():
     return parser.parse_args()
 
 
-def main():
-    args = parse_args()
-    if not osp.isfile(args.image):
-        raise UserError(f'Image not found: {args.image}')
+#: what a folder's images are (mmdet's and mmcv's image extensions)
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif',
+                    '.tiff', '.webp')
+
+
+def images_and_outputs(image, out):
+    """(image, drawing) paths: ``image`` and ``out``, or each image of the
+    folder ``image`` (by extension, sorted) and ``out``/its name."""
+    if osp.isdir(image):
+        if osp.isfile(out):
+            raise UserError(f'--out must be a folder for a folder of images; '
+                            f'{out} is a file.')
+        names = sorted(n for n in os.listdir(image)
+                       if n.lower().endswith(IMAGE_EXTENSIONS))
+        if not names:
+            raise UserError(f'No image in the folder {image} (files ending '
+                            f'in {", ".join(IMAGE_EXTENSIONS)}).')
+        os.makedirs(out, exist_ok=True)
+        return [(osp.join(image, n), osp.join(out, n)) for n in names]
+    if not osp.isfile(image):
+        raise UserError(f'Image not found: {image}')
+    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    return [(image, out)]
+
+
+def read_image(path):
+    """The image at ``path`` in RGB, or one paragraph."""
     try:
-        image = mmcv.imread(args.image, channel_order='rgb')
+        image = mmcv.imread(path, channel_order='rgb')
     except cv2.error:  # mmcv decodes with OpenCV, then converts to RGB
         image = None
     if image is None:
-        raise UserError(f'Cannot read {args.image} as an image (a format '
+        raise UserError(f'Cannot read {path} as an image (a format '
                         'OpenCV decodes: PNG, JPEG, BMP, TIFF, WebP, ...).')
-    os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+    return image
+
+
+def main():
+    args = parse_args()
     if args.config.endswith('.onnx'):
-        return draw_exported(args, image)
-    if args.checkpoint is None:
+        if not osp.isfile(args.config):
+            raise UserError(f'ONNX file not found: {args.config}')
+        if args.checkpoint is not None:
+            raise UserError(f'{args.config} holds its weights: give no '
+                            f'CHECKPOINT (got {args.checkpoint}).')
+    elif args.checkpoint is None:
         raise UserError('CHECKPOINT is missing: a config needs the '
                         'checkpoint of its trained model (an .onnx file '
                         'needs none).')
-    cfg = load_config(args.config, args.cfg_options)
-    checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
-    model = init_model(cfg, checkpoint, args.device)
-    if cfg.default_scope == 'mmdet':
-        from mmdet.apis import inference_detector
-        draw(args, image, model.cfg.visualizer, model.dataset_meta,
-             inference_detector(model, args.image), 'mmdet')
+    pairs = images_and_outputs(args.image, args.out)
+    first = read_image(pairs[0][0])  # named before the model is built
+    if args.config.endswith('.onnx'):
+        model = load_exported(args.config, args.runtime)
+        visualizer, meta, scope = (model.visualizer_cfg, model.dataset_meta,
+                                   model.scope)
+        predict, how = model.predict, f' ({args.runtime})'
     else:
-        from mmseg.apis import inference_model
-        draw(args, image, model.cfg.visualizer, model.dataset_meta,
-             inference_model(model, args.image), 'mmseg')
+        cfg = load_config(args.config, args.cfg_options)
+        checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
+        model = init_model(cfg, checkpoint, args.device)
+        visualizer, meta, scope = (model.cfg.visualizer, model.dataset_meta,
+                                   cfg.default_scope)
+        if scope == 'mmdet':
+            from mmdet.apis import inference_detector as inference
+        else:
+            from mmseg.apis import inference_model as inference
+        predict, how = (lambda path: inference(model, path)), ''
+    visualizer = use_toolkit(scope).VISUALIZERS.build(visualizer)
+    visualizer.dataset_meta = meta
+    for i, (path, out) in enumerate(pairs):
+        image = first if i == 0 else read_image(path)
+        draw(args, visualizer, image, out, predict(path), scope, how)
 
 
-def draw_exported(args, image):
-    """The predictions of an exported segmentor or detector."""
-    if not osp.isfile(args.config):
-        raise UserError(f'ONNX file not found: {args.config}')
-    if args.checkpoint is not None:
-        raise UserError(f'{args.config} holds its weights: give no '
-                        f'CHECKPOINT (got {args.checkpoint}).')
-    model = load_exported(args.config, args.runtime)
-    draw(args, image, model.visualizer_cfg, model.dataset_meta,
-         model.predict(args.image), model.scope, f' ({args.runtime})')
-
-
-def draw(args, image, visualizer_cfg, dataset_meta, result, scope,
-         how=''):
-    """Draw ``result`` with the scope's visualizer as its tools do: boxes
-    and masks scoring at least --score-thr, or the label map at
+def draw(args, visualizer, image, out, result, scope, how=''):
+    """Draw ``result`` into ``out`` with the scope's visualizer as its tools
+    do: boxes and masks scoring at least --score-thr, or the label map at
     --opacity."""
-    from xcit_dense.toolkits import use_toolkit
-    visualizers = use_toolkit(scope).VISUALIZERS
-    visualizer = visualizers.build(visualizer_cfg)
-    visualizer.dataset_meta = dataset_meta
     if scope == 'mmdet':
         visualizer.add_datasample(
             'result', image, data_sample=result, draw_gt=False,
-            pred_score_thr=args.score_thr, out_file=args.out)
+            pred_score_thr=args.score_thr, out_file=out)
         n = int((result.pred_instances.scores >= args.score_thr).sum())
         print(f'{n} objects with score >= {args.score_thr}{how} drawn to '
-              f'{args.out}')
+              f'{out}')
     else:
         visualizer.alpha = args.opacity
         visualizer.add_datasample('result', image, data_sample=result,
-                                  draw_gt=False, out_file=args.out)
-        print(f'label map{how} drawn to {args.out}')
+                                  draw_gt=False, out_file=out)
+        print(f'label map{how} drawn to {out}')
 
 
 if __name__ == '__main__':

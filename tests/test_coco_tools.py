@@ -123,11 +123,14 @@ def test_show_without_a_display_fails_cleanly(trained, tmp_path):
     try:
         proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
                              '--work-dir', tmp_path / 'work', '--show')
+        demo = run_tool_here('tools/demo.py', tmp_path / 'any.png', cfg,
+                             work / 'iter_4.pth', '--show')
     finally:
         plt.switch_backend(before)
-    _fails_cleanly(proc, re.escape("--show opens a window for each image, "
-                                   "and matplotlib opens none here (its "
-                                   "backend is 'agg'"), '--show-dir DIR')
+    for proc, instead in ((proc, '--show-dir DIR'), (demo, '--out')):
+        _fails_cleanly(proc, re.escape(
+            "--show opens a window for each image, and matplotlib opens "
+            "none here (its backend is 'agg'"), f'with {instead} instead')
     assert not (tmp_path / 'work').exists()
     proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
                          '--show', '--wait-time', '-1')
@@ -149,10 +152,11 @@ def test_demo_tool_draws(trained, tiny_coco, tmp_path):
 
 
 def test_demo_tool_draws_every_image_of_a_folder(trained, tiny_coco,
-                                                 tmp_path):
+                                                 tmp_path, windows):
     """A folder of images: each drawn into the folder --out under its name
-    with one model; other files skipped; an --out that is a file, or a
-    folder without images, is one paragraph."""
+    with one model, or shown in a window titled with its name (--show, a
+    stand-in display here); other files skipped; an --out that is a file,
+    or a folder without images, is one paragraph."""
     import shutil
     cfg, work, _ = trained
     folder = tmp_path / 'images'
@@ -168,6 +172,13 @@ def test_demo_tool_draws_every_image_of_a_folder(trained, tiny_coco,
     for name in names:
         drawn = cv2.imread(str(out / name))
         assert drawn is not None and drawn.shape[:2] == (128, 128)
+    assert windows == []
+    proc = run_tool_here('tools/demo.py', folder, cfg, work / 'iter_4.pth',
+                         '--show', '--wait-time', '0.01')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert windows == names and proc.stdout.count(' shown\n') == 4
+    proc = run_tool_here('tools/demo.py', folder, cfg, work / 'iter_4.pth')
+    assert proc.returncode == 2 and 'give --out' in proc.stderr
     a_file, empty = tmp_path / 'a_file.jpg', tmp_path / 'empty'
     a_file.write_text('')
     empty.mkdir()

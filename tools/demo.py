@@ -2,7 +2,7 @@
 image of a folder.
 
     python tools/demo.py IMAGE CONFIG CHECKPOINT --out result.jpg
-    python tools/demo.py FOLDER CONFIG CHECKPOINT --out drawn/
+    python tools/demo.py FOLDER CONFIG CHECKPOINT --out drawn/ [--show]
     python tools/demo.py IMAGE MODEL.onnx --out result.jpg \
         [--runtime onnxruntime|openvino]
 
@@ -25,7 +25,12 @@ import cv2  # noqa: E402
 import mmcv  # noqa: E402
 from mmengine.config import DictAction  # noqa: E402
 
-from xcit_dense.cli import load_config, run_cli  # noqa: E402
+from xcit_dense.cli import (  # noqa: E402
+    check_display,
+    load_config,
+    run_cli,
+    seconds,
+)
 from xcit_dense.deploy import RUNTIMES, load_exported  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
@@ -44,9 +49,14 @@ def parse_args():
         'checkpoint', nargs='?', help='checkpoint file or http(s) URL (ours, '
         'or a published XCiT detector / segmentor); not with an .onnx file')
     # the names of mmdet's and mmseg's demo/image_demo.py too
-    parser.add_argument('--out', '--out-file', dest='out', required=True,
+    parser.add_argument('--out', '--out-file', dest='out',
                         help='output image file (a folder for a folder of '
                         'images)')
+    parser.add_argument('--show', action='store_true',
+                        help='show each drawing in a window')
+    parser.add_argument('--wait-time', type=seconds, default=0,
+                        help='seconds each drawing is shown with --show (0, '
+                        'the default: until a key is pressed)')
     parser.add_argument('--device', default='cpu', help='e.g. cpu, cuda:0')
     parser.add_argument('--score-thr', '--pred-score-thr', dest='score_thr',
                         type=float, default=0.3,
@@ -58,7 +68,11 @@ def parse_args():
                         help='the runtime of an .onnx file')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         default={}, help='override settings in the config')
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.out is None and not args.show:
+        parser.error('give --out (where the drawing is written), --show (a '
+                     'window), or both')
+    return args
 
 
 #: what a folder's images are (mmdet's and mmcv's image extensions)
@@ -68,9 +82,10 @@ IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif',
 
 def images_and_outputs(image, out):
     """(image, drawing) paths: ``image`` and ``out``, or each image of the
-    folder ``image`` (by extension, sorted) and ``out``/its name."""
+    folder ``image`` (by extension, sorted) and ``out``/its name; no
+    drawing path without ``out``."""
     if osp.isdir(image):
-        if osp.isfile(out):
+        if out is not None and osp.isfile(out):
             raise UserError(f'--out must be a folder for a folder of images; '
                             f'{out} is a file.')
         names = sorted(n for n in os.listdir(image)
@@ -78,11 +93,14 @@ def images_and_outputs(image, out):
         if not names:
             raise UserError(f'No image in the folder {image} (files ending '
                             f'in {", ".join(IMAGE_EXTENSIONS)}).')
-        os.makedirs(out, exist_ok=True)
-        return [(osp.join(image, n), osp.join(out, n)) for n in names]
+        if out is not None:
+            os.makedirs(out, exist_ok=True)
+        return [(osp.join(image, n), out and osp.join(out, n))
+                for n in names]
     if not osp.isfile(image):
         raise UserError(f'Image not found: {image}')
-    os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+    if out is not None:
+        os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     return [(image, out)]
 
 
@@ -110,6 +128,8 @@ def main():
         raise UserError('CHECKPOINT is missing: a config needs the '
                         'checkpoint of its trained model (an .onnx file '
                         'needs none).')
+    if args.show:
+        check_display(instead='--out')
     pairs = images_and_outputs(args.image, args.out)
     first = read_image(pairs[0][0])  # named before the model is built
     if args.config.endswith('.onnx'):
@@ -132,25 +152,29 @@ def main():
     visualizer.dataset_meta = meta
     for i, (path, out) in enumerate(pairs):
         image = first if i == 0 else read_image(path)
-        draw(args, visualizer, image, out, predict(path), scope, how)
+        draw(args, visualizer, osp.basename(path), image, out,
+             predict(path), scope, how)
 
 
-def draw(args, visualizer, image, out, result, scope, how=''):
-    """Draw ``result`` into ``out`` with the scope's visualizer as its tools
-    do: boxes and masks scoring at least --score-thr, or the label map at
-    --opacity."""
+def draw(args, visualizer, name, image, out, result, scope, how=''):
+    """Draw ``result`` with the scope's visualizer as its tools do (boxes
+    and masks scoring at least --score-thr, or the label map at --opacity)
+    into ``out`` and/or a window titled ``name`` (--show)."""
+    where = dict(show=args.show, wait_time=args.wait_time, out_file=out)
     if scope == 'mmdet':
         visualizer.add_datasample(
-            'result', image, data_sample=result, draw_gt=False,
-            pred_score_thr=args.score_thr, out_file=out)
+            name, image, data_sample=result, draw_gt=False,
+            pred_score_thr=args.score_thr, **where)
         n = int((result.pred_instances.scores >= args.score_thr).sum())
-        print(f'{n} objects with score >= {args.score_thr}{how} drawn to '
-              f'{out}')
+        what = f'{n} objects with score >= {args.score_thr}{how}'
     else:
         visualizer.alpha = args.opacity
-        visualizer.add_datasample('result', image, data_sample=result,
-                                  draw_gt=False, out_file=out)
-        print(f'label map{how} drawn to {out}')
+        visualizer.add_datasample(name, image, data_sample=result,
+                                  draw_gt=False, **where)
+        what = f'label map{how}'
+    done = ([f'drawn to {out}'] if out else []) + \
+        (['shown'] if args.show else [])
+    print(f'{what} {" and ".join(done)}')
 
 
 if __name__ == '__main__':

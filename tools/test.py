@@ -19,8 +19,10 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense.cli import (  # noqa: E402
     add_run_arguments,
+    check_display,
     config_from_args,
     run_cli,
+    seconds,
 )
 from xcit_dense.deploy.runtimes import RUNTIMES  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
@@ -59,34 +61,6 @@ def parse_args():
     return parser.parse_args()
 
 
-def seconds(text):
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f'{text} is not a number of '
-                                         'seconds >= 0')
-    return value
-
-
-#: matplotlib's backends that draw into files and open no window
-FILE_BACKENDS = ('agg', 'cairo', 'pdf', 'pgf', 'ps', 'svg', 'template')
-
-
-def check_display():
-    """``--show`` draws through matplotlib (mmengine's
-    ``Visualizer.show``), whose backend here must open windows: with a
-    backend that writes files, each image would only wait its
-    ``--wait-time`` unseen (for ever with 0)."""
-    import matplotlib.pyplot as plt
-    backend = plt.get_backend()
-    if backend.lower() in FILE_BACKENDS:
-        raise UserError(
-            f'--show opens a window for each image, and matplotlib opens '
-            f'none here (its backend is {backend!r}: no display, or '
-            f'MPLBACKEND names a backend that writes files). Save the drawn '
-            f'images with --show-dir DIR instead, or run where there is a '
-            f'display.')
-
-
 def enable_visualization(cfg, args):
     """The config's visualization hook on, as mmdet's and mmseg's
     tools/test.py turn it on: drawing every image, in a window
@@ -102,7 +76,7 @@ def enable_visualization(cfg, args):
     hook['draw'] = True
     hook['interval'] = 1
     if args.show:
-        check_display()
+        check_display(instead='--show-dir DIR')
         hook['show'] = True
         hook['wait_time'] = args.wait_time
     if not args.show_dir:

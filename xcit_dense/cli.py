@@ -87,6 +87,35 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds >= 0 (``--wait-time``)."""
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f'{text} is not a number of '
+                                         'seconds >= 0')
+    return value
+
+
+#: matplotlib's backends that draw into files and open no window
+FILE_BACKENDS = ('agg', 'cairo', 'pdf', 'pgf', 'ps', 'svg', 'template')
+
+
+def check_display(instead: str) -> None:
+    """``--show`` draws through matplotlib (mmengine's ``Visualizer.show``),
+    whose backend here must open windows: with a backend that writes files,
+    each image would only wait its ``--wait-time`` unseen (for ever with
+    0). ``instead``: the option that saves the drawings."""
+    import matplotlib.pyplot as plt
+    backend = plt.get_backend()
+    if backend.lower() in FILE_BACKENDS:
+        raise UserError(
+            f'--show opens a window for each image, and matplotlib opens '
+            f'none here (its backend is {backend!r}: no display, or '
+            f'MPLBACKEND names a backend that writes files). Save the drawn '
+            f'images with {instead} instead, or run where there is a '
+            f'display.')
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options train.py and test.py share, as in mmdet and mmseg."""
     parser.add_argument('--work-dir',

@@ -1,6 +1,7 @@
 import contextlib
 import functools
 import gc
+import importlib
 import io
 import logging
 import multiprocessing
@@ -312,21 +313,30 @@ class FigureCanvas(FigureCanvasAgg):
 
 
 @pytest.fixture
-def windows(tmp_path, monkeypatch):
+def windows(tmp_path_factory):
     """matplotlib opening windows as with a display: the titles of the
-    windows shown, in order (a backend of this fixture's; the one before
-    is put back after the test)."""
+    windows shown during the test, in order (a backend of this fixture's,
+    one module per process: mmengine's visualizers outlive a tool run in
+    the test's process and keep the figure manager they opened; the
+    backend before is put back after the test)."""
     import matplotlib.pyplot as plt
-    (tmp_path / 'window_backend.py').write_text(_WINDOW_BACKEND)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    if 'window_backend' not in sys.modules:
+        folder = tmp_path_factory.mktemp('window_backend')
+        (folder / 'window_backend.py').write_text(_WINDOW_BACKEND)
+        sys.path.insert(0, str(folder))
+        try:
+            importlib.import_module('window_backend')
+        finally:
+            sys.path.remove(str(folder))
+    shown = sys.modules['window_backend'].SHOWN
+    shown.clear()
     before = plt.get_backend()
     plt.switch_backend('module://window_backend')
     try:
-        yield sys.modules['window_backend'].SHOWN
+        yield shown
     finally:
         plt.close('all')
         plt.switch_backend(before)
-        del sys.modules['window_backend']
 
 
 @pytest.fixture(scope='session')

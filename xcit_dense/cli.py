@@ -79,6 +79,7 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
                         f'{type(e).__name__}: {e}') from e
     return cfg
 
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1 (sizes, counts)."""
     if not text.isdigit() or int(text) < 1:

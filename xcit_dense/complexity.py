@@ -4,8 +4,8 @@ mmseg's ``tools/analysis_tools/get_flops.py`` count them
 
 mmengine's counter (:class:`mmengine.analysis.FlopAnalyzer`) traces the
 model's ``'tensor'``-mode forward on preprocessed inputs with
-``torch.jit`` and counts one multiply-add as one FLOP, as the tables of
-mmdet, mmseg and the XCiT paper do. A trace takes none of the backbone's
+``torch.jit`` and counts one multiply-add as one FLOP, as mmdet's and
+mmseg's tables do. A trace takes none of the backbone's
 fast paths (:func:`xcit_dense.models.policy.applies`), so what is counted
 is the published design's arithmetic, the same for every setting of
 ``fast_path``. Element-wise operators (activations, additions,

@@ -23,9 +23,9 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 import cv2  # noqa: E402
 import mmcv  # noqa: E402
-from mmengine.config import DictAction  # noqa: E402
 
 from xcit_dense.cli import (  # noqa: E402
+    add_cfg_options,
     check_display,
     load_config,
     run_cli,
@@ -66,8 +66,7 @@ def parse_args():
     parser.add_argument('--runtime', choices=RUNTIMES,
                         default='onnxruntime',
                         help='the runtime of an .onnx file')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        default={}, help='override settings in the config')
+    add_cfg_options(parser)
     args = parser.parse_args()
     if args.out is None and not args.show:
         parser.error('give --out (where the drawing is written), --show (a '

@@ -39,9 +39,8 @@ import sys
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 import torch  # noqa: E402
-from mmengine.config import DictAction  # noqa: E402
 
-from xcit_dense.cli import load_config, run_cli  # noqa: E402
+from xcit_dense.cli import add_cfg_options, load_config, run_cli  # noqa: E402
 from xcit_dense.deploy import (  # noqa: E402
     check_requirements,
     export_onnx,
@@ -93,8 +92,7 @@ def parse_args():
                         help='calibration images for --int8')
     parser.add_argument('--opset', type=int, default=18,
                         help='ONNX opset version')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        default={}, help='override settings in the config')
+    add_cfg_options(parser)
     return parser.parse_args()
 
 

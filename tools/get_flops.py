@@ -22,9 +22,12 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmengine.config import DictAction  # noqa: E402
-
-from xcit_dense.cli import load_config, positive_int, run_cli  # noqa: E402
+from xcit_dense.cli import (  # noqa: E402
+    add_cfg_options,
+    load_config,
+    positive_int,
+    run_cli,
+)
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.preflight import check_backbone, check_datasets  # noqa: E402
 from xcit_dense.toolkits import check_toolkit  # noqa: E402
@@ -45,8 +48,7 @@ def parse_args():
         '--num-images', type=positive_int,
         help='the mean over this many images of the validation set '
         '(detection\'s default: 100)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        default={}, help='override settings in the config')
+    add_cfg_options(parser)
     args = parser.parse_args()
     if args.shape is not None and len(args.shape) > 2:
         parser.error(f'--shape takes H or H W, got {len(args.shape)} numbers')

@@ -117,14 +117,20 @@ def check_display(instead: str) -> None:
             f'display.')
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options train.py and test.py share, as in mmdet and mmseg."""
-    parser.add_argument('--work-dir',
-                        help='the dir to save logs, models and metrics')
+def add_cfg_options(parser: argparse.ArgumentParser) -> None:
+    """``--cfg-options key=value ...``, as every mmdet and mmseg tool that
+    loads a config takes it (mmengine's ``DictAction``)."""
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction, default={},
         help='override settings in the config, key=value, e.g. '
         'model.backbone.init_cfg.checkpoint=pretrained/xcit.pth')
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options train.py and test.py share, as in mmdet and mmseg."""
+    parser.add_argument('--work-dir',
+                        help='the dir to save logs, models and metrics')
+    add_cfg_options(parser)
     parser.add_argument(
         '--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
         default='none', help='job launcher')

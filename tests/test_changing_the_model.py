@@ -147,6 +147,75 @@ def test_wrapped_stem_and_positional_encoding(mode):
     assert not torch.allclose(changed[2], outputs(expected, X, mode)[2])
 
 
+#: tensors the fast paths fold or cast in inference: the stem's and the
+#: up-sampler's BatchNorm (folded into the convolution before it), LPI's and
+#: the MLP's layer scales and the layers they are folded into
+WRITTEN = ('patch_embed.proj.0.1.weight', 'patch_embed.proj.2.1.running_var',
+           'fpn1.1.running_mean', 'fpn1.0.weight', 'blocks.0.gamma3',
+           'blocks.1.gamma2', 'blocks.2.mlp.fc2.weight',
+           'blocks.3.local_mp.conv2.weight')
+
+
+def _write(model, name, how):
+    """``model``'s tensor ``name`` times 1.5, written ``how``."""
+    tensor = model.get_parameter(name) if name in dict(
+        model.named_parameters()) else model.get_buffer(name)
+    if how == '.data':  # as mmengine's EMAHook writes (no version counted)
+        tensor.data.mul_(1.5)
+    elif how == 'in place':
+        with torch.no_grad():
+            tensor.mul_(1.5)
+    elif how == 'new data':
+        tensor.data = tensor.data * 1.5
+    else:
+        state = model.state_dict()
+        state[name] = state[name] * 1.5
+        model.load_state_dict(state)
+
+
+@pytest.mark.parametrize('how', ['.data', 'in place', 'new data',
+                                 'load_state_dict'])
+def test_weights_written_between_calls_are_read_by_the_next(how):
+    """What inference derives from the weights (folds, casts) is derived on
+    every call: a weight or statistic written in any way between two calls,
+    through ``.data`` too (which no version counter records), and the
+    positional encoding's settings, are read by the next call as the
+    straightforward computation reads them."""
+    model = randomized().eval()
+    for name in WRITTEN:
+        with torch.no_grad():
+            model(X)
+        _write(model, name, how)
+        with torch.no_grad():
+            assert_outputs_close(model(X), reference(model, X))
+    model.pos_embed.temperature, model.pos_embed.scale = 100, 3.0
+    with torch.no_grad():
+        assert_outputs_close(model(X), reference(model, X))
+
+
+@pytest.mark.parametrize('skip_buffer', [True, False])
+def test_mean_teacher_updates_reach_the_teachers_inference(skip_buffer):
+    """mmdet's MeanTeacherHook (semi-supervised detection) moves the
+    teacher's parameters, and its buffers unless ``skip_buffer``, towards
+    the student's through ``.data``; the teacher, an eval-mode model
+    predicting pseudo-labels every iteration, computes with the weights as
+    they are after each update."""
+    from mmdet.engine.hooks import MeanTeacherHook
+    pair = nn.Module()
+    pair.teacher, pair.student = randomized(seed=0).eval(), randomized(seed=1)
+    hook = MeanTeacherHook(momentum=0.5, skip_buffer=skip_buffer)
+    for _ in range(3):
+        with torch.no_grad():
+            outs = pair.teacher(X)
+        assert_outputs_close(outs, reference(pair.teacher, X))
+        hook.momentum_update(pair, 0.5)
+        with torch.no_grad():
+            for p in pair.student.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+    with torch.no_grad():
+        assert_outputs_close(pair.teacher(X), reference(pair.teacher, X))
+
+
 def test_stem_replaced_for_other_channels_takes_them():
     """A stem whose first convolution takes 4 channels (RGB-D, say): the
     backbone takes 4-channel images, as its stem now does, and refuses

@@ -340,9 +340,9 @@ def test_cuda_graphs_replay_the_eager_forward(no_tf32, setting, amp, device):
     """``XCiT(cuda_graphs=True)``: one capture per size, replayed after;
     the outputs are the eager forward's (the same kernels; fp16 autocast
     to its rounding), an in-place update of a parameter or statistic is
-    read by the replay (also where eager inference keeps what it derives:
-    the stem's folded BatchNorm, the weights cast to autocast's dtype), a
-    replaced module is captured anew, and the positional encoding's cache
+    read by the replay, as by an eager call, a write through ``.data`` too
+    (mmengine's EMAHook, mmdet's MeanTeacherHook), a replaced module is
+    captured anew, and the positional encoding's cache
     is not read by a graph; also on a second GPU while the first is the
     current device."""
     from contextlib import nullcontext
@@ -372,6 +372,10 @@ def test_cuda_graphs_replay_the_eager_forward(no_tf32, setting, amp, device):
             model.patch_embed.proj[0][1].running_var.mul_(2)
             model.blocks[1].attn.qkv.weight.mul_(-1)
             model.blocks[1].mlp.fc1.bias.add_(1)
+    compare((64, 96), 2)
+    for model in (net, eager):
+        model.blocks[2].local_mp.bn.running_mean.data.add_(0.5)
+        model.blocks[2].attn.proj.weight.data.mul_(-1)
     compare((64, 96), 2)
     net.blocks[1].mlp = copy.deepcopy(net.blocks[1].mlp)
     compare((64, 96), 3)

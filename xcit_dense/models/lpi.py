@@ -10,7 +10,7 @@ from timm.models.xcit import LPI as TimmLPI
 
 from . import policy
 from .ops import layer_norm_kernels, lpi_kernels, onednn
-from .ops.folding import kept_scale_fold
+from .ops.folding import fold_scale
 
 CHANNELS_LAST, KERNELS = 'channels last', 'kernels'
 
@@ -28,9 +28,8 @@ class LPI(TimmLPI):
       on a channels-last *view* of the (B, N, C) tokens (no NCHW copies),
       with the activation fused into the first on oneDNN (for enough
       tokens: :func:`.ops.onednn.pays`); in :meth:`residual_forward`
-      the layer scale is folded into the second (in inference once, kept
-      while the weights stay as they are) and, in inference, the residual
-      added inside it.
+      the layer scale is folded into the second and, in inference, the
+      residual added inside it.
     * on CUDA, eagerly: the whole branch, layer scale and residual included,
       in Triton kernels (three forward, five backward) on the tokens as
       they lie (:mod:`.ops.lpi_kernels`), for depth-wise 3x3
@@ -137,8 +136,7 @@ class LPI(TimmLPI):
         if act is None:
             y = self.act(y)
         y = self.bn(y)
-        weight, bias = kept_scale_fold(self, 'conv2', conv2.weight,
-                                       conv2.bias, gamma)
+        weight, bias = fold_scale(conv2.weight, conv2.bias, gamma)
         args = (conv2.stride, conv2.padding, conv2.groups)
         if residual is not None and backend == 'fused':
             x_map = residual.reshape(B, H, W, C).permute(0, 3, 1, 2)

@@ -6,8 +6,8 @@ import torch.nn as nn
 from timm.layers import Mlp as TimmMlp
 
 from . import policy
-from .ops import derived, layer_norm_kernels, onednn, pieces
-from .ops.folding import kept_scale_fold
+from .ops import casts, layer_norm_kernels, onednn, pieces
+from .ops.folding import fold_scale
 from .ops.residual import scaled_residual
 
 
@@ -24,8 +24,7 @@ class Mlp(TimmMlp):
     autocast, ``torch.compile``) the linear layers are PyTorch's, with the
     layer scale folded into ``fc2``; on CUDA's eager path it is applied
     with the residual in one pass instead, and under autocast the weights
-    are cast once in inference, not on every call, and together in
-    training (fewer launches).
+    are cast together (fewer launches).
     """
     use_fast_path = True
 
@@ -69,17 +68,14 @@ class Mlp(TimmMlp):
         # (folding it into fc2 launches two products, their two backward
         # products and a sum more per call, and in inference two casts of
         # the weights); else folded into fc2 (in training autograd then
-        # keeps no product for gamma's gradient; in inference the fold is
-        # kept across calls)
+        # keeps no product for gamma's gradient)
         scale_after = residual and not live and cudas
         if scale_after:  # under autocast, the weights cast together
             dtype = policy.kernel_dtype(x)
-            (w1, b1), (w2, b2) = derived.autocast_weights(
-                self, 'fc', (fc1, fc2), dtype)
+            (w1, b1), (w2, b2) = casts.autocast_weights((fc1, fc2), dtype)
         else:
             w1, b1 = fc1.weight, fc1.bias
-            w2, b2 = kept_scale_fold(self, 'fc2', fc2.weight, fc2.bias,
-                                     gamma)
+            w2, b2 = fold_scale(fc2.weight, fc2.bias, gamma)
         # fc1, GELU, fc2 as one kernel call (one autograd function)
         one_call = act is not None and dropout_off and \
             type(self.norm) is nn.Identity and \

@@ -13,9 +13,11 @@ class CachedFourierEncoding(PositionalEncodingFourier):
     normalised row and column positions, then a learned 1x1 projection),
     computed for whatever grid the image gives.
 
-    Fast path: the features depend only on the grid, so they are computed
-    once per grid size, device and dtype and kept (the ``cache_size`` most
-    recently used); the projection runs on every call, so gradients and
+    Fast path: the features depend only on the grid and the encoding's
+    settings (``hidden_dim``, ``temperature``, ``scale``, ``eps``), so they
+    are computed once per grid size, device, dtype and settings and kept
+    (the ``cache_size`` most recently used; a setting changed between calls
+    is a new entry); the projection runs on every call, so gradients and
     weight updates are honoured, and the result is broadcast over the batch
     instead of copied. Its values are identical to the straightforward
     computation's. Not cached while ``torch.compile`` traces or a CUDA graph
@@ -66,8 +68,10 @@ class CachedFourierEncoding(PositionalEncodingFourier):
 
     def cached_features(self, H: int, W: int, device: torch.device,
                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """:meth:`fourier_features`, kept per (H, W, device, dtype)."""
-        key = (H, W, device, dtype)
+        """:meth:`fourier_features`, kept per grid, device, dtype and
+        settings."""
+        key = (H, W, device, dtype, self.hidden_dim, self.temperature,
+               self.scale, self.eps)
         feats = self._features.get(key)
         if feats is not None:
             self._features.move_to_end(key)

@@ -10,7 +10,7 @@ from mmcv.cnn import build_norm_layer
 
 from . import policy
 from .ops import onednn
-from .ops.folding import kept_batchnorm_fold
+from .ops.folding import fold_batchnorm
 from .ops.upsample import upsample2x
 
 
@@ -23,8 +23,8 @@ class TransposedConvUpsampler(nn.Sequential):
     Fast path: each transposed convolution is one token GEMM and a pixel
     shuffle (:mod:`.ops.upsample`), on the map's (B, H*W, C) tokens (a view
     when the map is channels-last, as the backbone's taps are); eval-mode
-    BatchNorm is folded into the convolution before it (once, while the
-    weights and statistics stay as they are), exact GELU fused into its
+    BatchNorm is folded into the convolution before it (on every call, from
+    the weights as they are), exact GELU fused into its
     GEMM, and the last one writes the NCHW output directly. On the CPU, and
     under ``torch.compile``; on CUDA eagerly it would launch more kernels
     than the transposed convolutions (the policy's CUDA column).
@@ -76,8 +76,8 @@ class TransposedConvUpsampler(nn.Sequential):
             last = i + 1 == len(layers)
             folded, act = None, None
             if not last:
-                folded = kept_batchnorm_fold(self, i, weight, bias,
-                                             layers[i + 1], transposed=True)
+                folded = fold_batchnorm(weight, bias, layers[i + 1],
+                                        transposed=True)
                 if folded is not None:
                     weight, bias = folded
                     if policy.is_exact_gelu(layers[i + 2]):

@@ -8,7 +8,7 @@ from timm.models.xcit import ConvPatchEmbed as TimmConvPatchEmbed
 
 from . import policy
 from .ops import onednn
-from .ops.folding import kept_batchnorm_fold
+from .ops.folding import fold_batchnorm
 
 
 class ConvPatchEmbed(TimmConvPatchEmbed):
@@ -18,9 +18,11 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
 
     Returns (B, N, C) tokens and the token grid ``(Hp, Wp)``. Fast path: the
     convolutions write channels-last maps (the tokens are then a view, no
-    copy), eval-mode BatchNorm is folded into the convolution before it
-    (once, while the weights and statistics stay as they are) and exact GELU
-    fused into it (oneDNN, fp32 CPU inference).
+    copy); off CUDA's eager path eval-mode BatchNorm is folded into the
+    convolution before it (on every call, from the weights as they are) and
+    exact GELU fused into it (oneDNN, fp32 CPU inference). On CUDA's eager
+    path, bound by kernel launches, a fold launches more kernels than the
+    BatchNorm pass it saves: the norms run as modules there.
     """
     use_fast_path = True
 
@@ -57,6 +59,7 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
     def _channels_last(self, x: torch.Tensor
                        ) -> Tuple[torch.Tensor, Tuple[int, int]]:
         backend = onednn.select_backend(x, stochastic=False)
+        fold = not policy.on_kernel_device(x)
         x = x.contiguous(memory_format=torch.channels_last)
         layers = list(self.proj)
         for i in range(0, len(layers), 2):
@@ -64,9 +67,9 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
             act_layer = layers[i + 1] if i + 1 < len(layers) else None
             act = 'gelu' if act_layer is not None and \
                 policy.is_exact_gelu(act_layer) else None
-            folded = kept_batchnorm_fold(self, i, conv.weight, conv.bias,
-                                         norm)
-            if folded is None:  # batch statistics, or another norm
+            folded = fold_batchnorm(conv.weight, conv.bias, norm) \
+                if fold else None
+            if folded is None:  # CUDA, batch statistics, or another norm
                 x = norm(conv(x))
                 act = None
             else:

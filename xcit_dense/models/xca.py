@@ -10,7 +10,7 @@ from timm.models.xcit import XCA as TimmXCA
 
 from . import policy
 from .ops import (
-    derived,
+    casts,
     layer_norm_kernels,
     onednn,
     pieces,
@@ -78,16 +78,15 @@ class XCA(TimmXCA):
                           ) -> Optional[list]:
         """On the kernels' path under autocast, with plain ``nn.Linear``
         layers without hooks: ``qkv``'s and ``proj``'s weights and biases
-        in autocast's dtype, cast once in inference and together in
-        training (:func:`.ops.derived.autocast_weights`). Else None: the
+        in autocast's dtype, cast together on every call
+        (:func:`.ops.casts.autocast_weights`). Else None: the
         layers run as they are."""
         dtype = policy.kernel_dtype(x)
         if path != KERNELS or not (policy.is_plain_linear(self.qkv) and
                                    policy.is_plain_linear(self.proj)) or \
                 dtype == self.qkv.weight.dtype:
             return None
-        return derived.autocast_weights(self, 'linear', (self.qkv, self.proj),
-                                        dtype)
+        return casts.autocast_weights((self.qkv, self.proj), dtype)
 
     @staticmethod
     def _linear(layer: nn.Module, x: torch.Tensor,

@@ -5,7 +5,8 @@ XCA from second moments (:mod:`.second_moments`), XCA's attention core and
 LPI's branch in Triton kernels for CUDA (:mod:`.xca_kernels`,
 :mod:`.lpi_kernels`, which takes the branch's layers so as to keep
 BatchNorm's running averages as its forward does), folding of BatchNorm and
-layer scale into weights (:mod:`.folding`), token pieces for inference
+layer scale into weights (:mod:`.folding`), the linear layers' weights cast
+to autocast's dtype together (:mod:`.casts`), token pieces for inference
 (:mod:`.pieces`) and the 2x2 transposed convolution as a token GEMM
 (:mod:`.upsample`); Triton where it exists, and whether the kernels work on
 a device (:mod:`.triton_support`).

@@ -1,20 +1,26 @@
-"""Folding normalisation and layer scale into the weights before them."""
-from typing import Hashable, Optional, Tuple
+"""Folding normalisation and layer scale into the weights before them.
+
+The folds are computed on every call from the weights as they are: a
+weight written in any way (an optimizer step, ``load_state_dict``, or
+through ``.data``, as mmengine's ``EMAHook`` and mmdet's ``MeanTeacherHook``
+write theirs, which no version counter records) is read by the next call.
+"""
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .derived import kept
-
 
 def fold_batchnorm(
-        weight: torch.Tensor, bias: Optional[torch.Tensor], norm: nn.Module
+        weight: torch.Tensor, bias: Optional[torch.Tensor], norm: nn.Module,
+        transposed: bool = False
 ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     """Weight and bias of ``norm(conv(x))`` as one convolution, for a
     BatchNorm that uses running statistics (eval mode); ``None`` otherwise
     (batch statistics, or any other norm). ``weight`` has output channels
-    first."""
+    first, or with ``transposed`` (a transposed convolution's) input
+    channels first."""
     if not isinstance(norm, _BatchNorm) or norm.training or \
             norm.running_var is None:
         return None
@@ -26,7 +32,9 @@ def fold_batchnorm(
         shift = shift + norm.bias
     if bias is not None:
         shift = shift + bias * scale
-    return weight * scale.view(-1, *([1] * (weight.dim() - 1))), shift
+    shape = [1] * weight.dim()
+    shape[1 if transposed else 0] = -1
+    return weight * scale.view(shape), shift
 
 
 def fold_scale(weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -38,37 +46,3 @@ def fold_scale(weight: torch.Tensor, bias: Optional[torch.Tensor],
         return weight, bias
     weight = weight * gamma.view(-1, *([1] * (weight.dim() - 1)))
     return weight, None if bias is None else bias * gamma
-
-
-def kept_scale_fold(owner: nn.Module, slot: Hashable, weight: torch.Tensor,
-                    bias: Optional[torch.Tensor],
-                    gamma: Optional[torch.Tensor]
-                    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """:func:`fold_scale`, :func:`.derived.kept` in ``owner`` under ``slot``
-    (in inference, computed once while the weights and ``gamma`` stay as
-    they are; where autograd records, on every call, so that ``gamma``
-    and the weight get their gradients)."""
-    if gamma is None:
-        return weight, bias
-    return kept(owner, slot, lambda: fold_scale(weight, bias, gamma),
-                weight, bias, gamma)
-
-
-def kept_batchnorm_fold(owner: nn.Module, slot: Hashable,
-                        weight: torch.Tensor, bias: Optional[torch.Tensor],
-                        norm: nn.Module, transposed: bool = False
-                        ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
-    """:func:`fold_batchnorm` of a convolution's ``weight`` and ``bias``
-    (a transposed convolution's, input channels first, with
-    ``transposed``) and ``norm``, :func:`.derived.kept` in ``owner`` under
-    ``slot``."""
-    def fold():
-        folded = fold_batchnorm(weight.transpose(0, 1) if transposed
-                                else weight, bias, norm)
-        if folded is None or not transposed:
-            return folded
-        return folded[0].transpose(0, 1), folded[1]
-    return kept(owner, slot, fold, weight, bias, norm, *(
-        getattr(norm, name, None) for name in (
-            'weight', 'bias', 'running_mean', 'running_var', 'eps',
-            'training')))

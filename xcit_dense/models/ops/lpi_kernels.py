@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import derived, triton_support
+from . import triton_support
 from .triton_support import available, tl, triton  # noqa: F401 (available)
 
 #: tokens and channels per tile, and warps per program of the tile kernels
@@ -417,14 +417,13 @@ def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
 
 class _LocalInteraction(torch.autograd.Function):
     """(B, N, C) tokens of an H x W grid -> ``residual + gamma *
-    conv2(BN(GELU(conv1(y))))``: three kernels forward (two given the
-    norm's statistics from its running ones, ``running_stats``), five
+    conv2(BN(GELU(conv1(y))))``: three kernels forward (the norm's
+    statistics, batch or running, between the two convolutions), five
     backward."""
 
     @staticmethod
     def forward(ctx, y, residual, w1, b1, w2, b2, bn_weight, bn_bias, gamma,
-                running_mean, running_var, H, W, eps, batch, factor, group,
-                running_stats):
+                running_mean, running_var, H, W, eps, batch, factor, group):
         B, N, C = y.shape
         tiles, grid = _grid(B, N, C)
         a = torch.empty_like(y)
@@ -434,12 +433,9 @@ class _LocalInteraction(torch.autograd.Function):
                        tiles, GELU=True, NORMED=False, RESIDUAL=False,
                        MOMENTS=batch, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C,
                        num_warps=TILE_WARPS)
-        if running_stats is not None:  # given: the running statistics'
-            stats, synced = running_stats, None
-        else:
-            stats, synced = _statistics_of(
-                moments, B, N, C, bn_weight, bn_bias, running_mean,
-                running_var, eps, batch, factor, group)
+        stats, synced = _statistics_of(
+            moments, B, N, C, bn_weight, bn_bias, running_mean, running_var,
+            eps, batch, factor, group)
         dtype = residual.dtype if residual is not None else y.dtype
         out = y.new_empty((B, N, C), dtype=dtype)
         _forward[grid](a, w2, b2, stats, gamma,
@@ -499,7 +495,7 @@ class _LocalInteraction(torch.autograd.Function):
         return (dy, dout if residual else None, dw1, db1.to(b1.dtype), dw2,
                 db2.to(b2.dtype), totals[1], totals[0],
                 dgamma.to(gamma.dtype), None, None, None, None, None, None,
-                None, None, None)
+                None, None)
 
 
 def batch_norm_mode(bn: nn.BatchNorm2d
@@ -549,25 +545,13 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
         return t if t is not None else y.new_full((C,), value,
                                                   dtype=torch.float32)
     with triton_support.on_device(y):
-        running_stats = None
-        if not batch and not torch.is_grad_enabled():
-            # inference: the norm's scale and shift from its running
-            # statistics, derived once while they and its weights stay
-            running_stats = derived.kept(
-                bn, 'LPI kernels: running statistics',
-                lambda: _statistics_of(
-                    y.new_empty((1,), dtype=torch.float32), 1, 1, C,
-                    given(bn.weight, 1.), given(bn.bias, 0.),
-                    bn.running_mean, bn.running_var, bn.eps, False, None,
-                    None)[0],
-                bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps)
         return _LocalInteraction.apply(
             y.contiguous(), residual.contiguous() if residual is not None
             else None, conv1.weight.contiguous(), given(conv1.bias, 0.),
             conv2.weight.contiguous(), given(conv2.bias, 0.),
             given(bn.weight, 1.), given(bn.bias, 0.), given(gamma, 1.),
             bn.running_mean, bn.running_var, H, W, bn.eps, batch, factor,
-            group, running_stats)
+            group)
 
 
 def probe(device: torch.device, dtype: torch.dtype, channels: int,

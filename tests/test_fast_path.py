@@ -175,6 +175,19 @@ def test_training_matches_reference(patch, fused):
         torch.testing.assert_close(buf, ref_buf, msg=name)
 
 
+def test_training_after_inference_mode_at_the_same_size():
+    """What inference keeps across calls (the positional encoding's
+    features per grid) is a normal tensor even when made under
+    ``torch.inference_mode()``: a training step at the same size after it
+    trains, equal to the straightforward computation."""
+    model = randomized().eval()
+    x = torch.randn(2, 3, 64, 96)
+    with torch.inference_mode():
+        model(x)
+    model.train()
+    assert_training_matches_reference(model, x)
+
+
 def test_with_cp_matches_reference():
     model = randomized('nano_12_p16', with_cp=True).train()
     ref_model = copy.deepcopy(model)

@@ -76,7 +76,10 @@ class CachedFourierEncoding(PositionalEncodingFourier):
         if feats is not None:
             self._features.move_to_end(key)
             return feats
-        feats = self.fourier_features(H, W, device, dtype)
+        # a normal tensor even under torch.inference_mode(), so that a
+        # training step may use it later
+        with torch.inference_mode(False):
+            feats = self.fourier_features(H, W, device, dtype)
         self._features[key] = feats
         if len(self._features) > self.cache_size:
             self._features.popitem(last=False)

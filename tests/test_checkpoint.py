@@ -144,6 +144,62 @@ def test_classification_weights_dropped_and_logged(timm_nano, tmp_path):
     assert 'freshly initialised' in log
 
 
+def test_pretrained_takes_mmengines_arguments(timm_nano, tmp_path):
+    """``init_cfg`` as mmengine's ``Pretrained`` takes it: ``prefix`` (the
+    weights under it, with or without its final dot: a Mean Teacher
+    detector's ``'teacher.backbone.'``), ``map_location``; and as one entry
+    of a list of initialisers, applied after the others (a ``Constant`` on
+    the transposed convolutions stays where the classification checkpoint
+    has no pyramid; one on the LayerNorms is overwritten by it)."""
+    model = XCiT(arch='nano_12_p16')
+    own = model.state_dict()
+    path = tmp_path / 'mean_teacher.pth'
+    torch.save({'state_dict': {
+        **{f'teacher.backbone.{k}': v for k, v in own.items()},
+        **{f'student.backbone.{k}': torch.zeros_like(v)
+           for k, v in own.items()}}}, path)
+    for prefix in ('teacher.backbone.', 'teacher.backbone'):
+        loaded = XCiT(arch='nano_12_p16', init_cfg=dict(
+            type='Pretrained', checkpoint=str(path), prefix=prefix,
+            map_location='cpu'))
+        loaded.init_weights()
+        for k, v in loaded.state_dict().items():
+            assert torch.equal(v, own[k]), k
+    with pytest.raises(CheckpointError, match=re.escape(
+            "No weights under the prefix 'backbone.': the checkpoint's "
+            'names begin with student., teacher.')):
+        XCiT(arch='nano_12_p16', init_cfg=dict(
+            type='Pretrained', checkpoint=str(path),
+            prefix='backbone')).init_weights()
+
+    official = tmp_path / 'official.pth'
+    FORMATS['official.pth'](timm_nano.state_dict(), official)
+    model = XCiT(arch='nano_12_p16', init_cfg=[
+        dict(type='Constant', layer='ConvTranspose2d', val=0.5, bias=0.),
+        dict(type='Constant', layer='LayerNorm', val=2., bias=0.),
+        dict(type='Pretrained', checkpoint=str(official))])
+    model.init_weights()
+    assert torch.all(model.fpn1[0].weight == 0.5)
+    assert torch.equal(model.blocks[0].norm1.weight,
+                       timm_nano.blocks[0].norm1.weight)
+
+
+@pytest.mark.parametrize('init_cfg, message', [
+    (dict(type='Pretrained', checkpoint='a.pth', prefx='backbone.'),
+     r"'Pretrained' takes checkpoint .* checkpoint_key .*; got prefx"),
+    (dict(type='Pretrained'), r"'Pretrained' needs a 'checkpoint'"),
+    ([dict(type='Pretrained', checkpoint='a.pth'),
+      dict(type='Pretrained', checkpoint='b.pth')],
+     r"2 entries of type 'Pretrained'"),
+    ('a.pth', r"init_cfg must be None, a dict with a 'type'"),
+    ([dict(checkpoint='a.pth')], r"init_cfg must be None, a dict with a"),
+    (dict(type='Pretrained', checkpoint='a.pth', prefix=3),
+     r"prefix must be a string such as 'backbone\.', got 3")])
+def test_bad_init_cfg_is_named(init_cfg, message):
+    with pytest.raises(ValueError, match=message):
+        XCiT(arch='nano_12_p16', init_cfg=init_cfg)
+
+
 def test_pruned_blocks_dropped(timm_nano, tmp_path):
     path = tmp_path / 'timm.pth'
     torch.save(timm_nano.state_dict(), path)

@@ -8,7 +8,9 @@ import cv2
 import pytest
 import torch
 
-from conftest import NARROW_MASK_RCNN, REPO, run_tool_here
+from xcit_dense import XCiT
+
+from conftest import NARROW_MASK_RCNN, REPO, run_tool_here  # noqa: I100
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 
@@ -205,11 +207,17 @@ def test_demo_tool_refuses_what_is_no_image(trained, tmp_path):
 
 
 def _fails_cleanly(proc, *patterns):
+    """Exit status 1 and, last on stderr, one paragraph: its first line
+    begins with 'error: ', and an indented line may follow (a checkpoint's
+    mismatched keys by kind)."""
     err = proc.stderr
     assert proc.returncode == 1, proc.stdout[-2000:] + err[-2000:]
     assert 'Traceback' not in err
-    message = err.strip().splitlines()[-1]
-    assert message.startswith('error: ')
+    lines = err.strip().splitlines()
+    first = max(i for i, line in enumerate(lines)
+                if not line.startswith('  '))
+    message = '\n'.join(lines[first:])
+    assert message.startswith('error: '), message
     for pattern in patterns:
         assert re.search(pattern, message), message
 
@@ -241,7 +249,8 @@ def test_launcher_that_did_not_start_the_process_fails_cleanly(
 
 
 @pytest.mark.parametrize('case', ['data_root', 'ann_file', 'arch',
-                                  'drop_path_rate', 'unknown', 'truncated'])
+                                  'drop_path_rate', 'unknown', 'truncated',
+                                  'prefix', 'shapes'])
 def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
     work = tmp_path / 'work'
     options = {
@@ -259,6 +268,21 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
         bad.write_bytes(good.read_bytes()[:300])
         extra = (f"model = dict(backbone=dict(init_cfg=dict(_delete_=True, "
                  f"type='Pretrained', checkpoint='{bad}')))")
+    elif case in ('prefix', 'shapes'):
+        # a Mean Teacher detector's file: its backbones under 'teacher.' and
+        # 'student.'; a tiny_12 one (192 channels, where the config's has 128)
+        path = tmp_path / 'mean_teacher.pth'
+        with torch.device('meta'):
+            weights = XCiT(arch='tiny_12_p16', depth=4,
+                           out_indices=(0, 1, 2, 3)).state_dict()
+        torch.save({'state_dict': {
+            f'{model}.backbone.{k}': torch.zeros(v.shape, dtype=v.dtype)
+            for model in ('teacher', 'student') for k, v in weights.items()}},
+            path)
+        prefix = 'backbone.' if case == 'prefix' else 'teacher.backbone'
+        extra = (f"model['backbone']['init_cfg'] = dict(_delete_=True, "
+                 f"type='Pretrained', checkpoint='{path}', "
+                 f"prefix='{prefix}')")
     cfg = _config(tmp_path, tiny_coco, extra=extra)
     args = ['tools/train.py', cfg, '--work-dir', work]
     if options:
@@ -273,6 +297,12 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
                            r': drop_path_rate must be in \[0, 1\]'],
         'unknown': [r"unexpected keyword argument 'drop_path'"],
         'truncated': [r'bad\.pth', r'truncated'],
+        'prefix': [r'mean_teacher\.pth cannot initialise the backbone',
+                   r"No weights under the prefix 'backbone\.'",
+                   r'begin with student\., teacher\.'],
+        'shapes': [r'mean_teacher\.pth cannot initialise the backbone',
+                   r'patch_embed\.proj\.0\.0\.weight: checkpoint '
+                   r'\(24, 3, 3, 3\) vs model \(16, 3, 3, 3\)'],
     }[case]
     _fails_cleanly(proc, *expected)
     assert not work.exists()  # nothing that looks like a run

@@ -2,9 +2,16 @@
 backbone's arguments, checkpoints) is checked before anything is written,
 and a problem is one paragraph (:class:`~xcit_dense.errors.UserError`)."""
 import os.path as osp
-from typing import Iterator, Mapping, Tuple
+from typing import Iterator, Mapping, Optional, Tuple
 
-from .checkpoint import is_url, local_checkpoint, read_checkpoint
+import torch.nn as nn
+
+from .checkpoint import (
+    backbone_weights,
+    is_url,
+    local_checkpoint,
+    read_checkpoint,
+)
 from .checkpoint.published import is_published, refuse_resume
 from .checkpoint.resume import checkpoint_to_resume
 from .errors import CheckpointError, UserError
@@ -71,14 +78,15 @@ def check_evaluators(cfg, splits) -> None:
                     f'the config at it, e.g. --cfg-options {split}_evaluator.'
                     'ann_file=/path/to/annotations.json')
 
-def check_backbone(cfg) -> None:
+def check_backbone(cfg) -> Optional[nn.Module]:
     """Validate an XCiT backbone config before anything is built: the
     backbone is constructed on PyTorch's meta device (no memory, no weights
     initialised or loaded, 0.1 to 0.2 s), so every argument meets the
-    constructor's own checks, an unknown argument included."""
+    constructor's own checks, an unknown argument included. Returns that
+    meta-device backbone (None for another backbone)."""
     backbone = (cfg.get('model') or {}).get('backbone') or {}
     if str(backbone.get('type', '')).split('.')[-1] != 'XCiT':
-        return
+        return None
     import torch
 
     from .models import XCiT
@@ -86,9 +94,35 @@ def check_backbone(cfg) -> None:
                  if k != 'type' and not k.startswith('_')}
     try:
         with torch.device('meta'):
-            XCiT(**arguments)
+            return XCiT(**arguments)
     except (ValueError, TypeError) as e:
         raise UserError(f'Bad backbone in the config (model.backbone): {e}')
+
+
+def check_pretrained(cfg, backbone: Optional[nn.Module]) -> None:
+    """The backbone's ``Pretrained`` checkpoint (its ``init_cfg``, a dict or
+    an entry of a list) must be readable (a URL is downloaded here, once,
+    and the config pointed at the local copy) and, where the backbone is
+    XCiT, hold its weights under the entry's ``prefix`` with their names
+    and shapes (checked against the meta-device ``backbone``, as the
+    strict import will check them)."""
+    from .models.presets import init_cfgs
+    init = ((cfg.get('model') or {}).get('backbone') or {}).get('init_cfg')
+    for entry in init_cfgs(init):
+        if entry.get('type') != 'Pretrained':
+            continue
+        what = 'pretrained checkpoint'
+        entry['checkpoint'], contents = read_checked(entry.get('checkpoint'),
+                                                     what)
+        if backbone is None:
+            continue
+        try:
+            backbone_weights(backbone, contents, entry.get('checkpoint_key'),
+                             entry.get('prefix'))
+        except CheckpointError as e:
+            raise UserError(
+                f'The {what} {entry["checkpoint"]} cannot initialise the '
+                f'backbone (model.backbone.init_cfg): {e}')
 
 def read_checked(path: str, what: str) -> Tuple[str, Mapping]:
     """The local path of the checkpoint at ``path`` (a file or an http(s)
@@ -116,15 +150,11 @@ def check_inputs(cfg, training: bool) -> None:
     Checkpoints given as URLs are downloaded here (once) and the config is
     pointed at the local copy, which is then read without arbitrary
     unpickling like any other file."""
-    check_backbone(cfg)
+    backbone = check_backbone(cfg)
     check_datasets(cfg, ('train', 'val') if training else ('test', ))
     check_evaluators(cfg, ('val', ) if training else ('test', ))
     if training:
-        init = ((cfg.get('model') or {}).get('backbone') or {}).get(
-            'init_cfg') or {}
-        if init.get('type') == 'Pretrained':
-            init['checkpoint'] = check_checkpoint(init.get('checkpoint'),
-                                                  'pretrained checkpoint')
+        check_pretrained(cfg, backbone)
         checkpoint = None
         if cfg.get('resume') and not cfg.get('load_from'):
             # --resume without a path: the newest complete checkpoint of the

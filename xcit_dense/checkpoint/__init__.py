@@ -8,6 +8,7 @@
 from ..errors import CheckpointError
 from .backbone import (
     CLASSIFICATION_ONLY,
+    backbone_weights,
     convert_state_dict,
     extract_state_dict,
     infer_settings,
@@ -17,7 +18,8 @@ from .backbone import (
 from .files import cached_path, is_url, local_checkpoint, read_checkpoint
 
 __all__ = [
-    'CLASSIFICATION_ONLY', 'CheckpointError', 'cached_path',
+    'CLASSIFICATION_ONLY', 'CheckpointError', 'backbone_weights',
+    'cached_path',
     'convert_state_dict', 'extract_state_dict', 'infer_settings', 'is_url',
     'load_backbone_checkpoint', 'local_checkpoint', 'match_state_dict',
     'read_checkpoint'

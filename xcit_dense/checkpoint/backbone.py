@@ -196,21 +196,61 @@ def _group(keys) -> List[str]:
     return [f'{g} ({n})' if n > 1 else g for g, n in groups.items()]
 
 
+def under_prefix(state_dict: Mapping[str, torch.Tensor], prefix: str
+                 ) -> Dict[str, torch.Tensor]:
+    """The weights whose names begin with ``prefix``, without it, as
+    mmengine's ``Pretrained`` initialisation selects them (a missing final
+    dot added: ``'backbone'`` is ``'backbone.'``)."""
+    if not prefix.endswith('.'):
+        prefix += '.'
+    selected = {k[len(prefix):]: v for k, v in state_dict.items()
+                if k.startswith(prefix)}
+    if not selected:
+        heads = sorted({k.split('.')[0] + '.' for k in state_dict})
+        raise CheckpointError(
+            f'No weights under the prefix {prefix!r}: the checkpoint\'s '
+            f'names begin with {", ".join(heads[:12])}'
+            f'{" ..." if len(heads) > 12 else ""}')
+    return selected
+
+
+def backbone_weights(model: nn.Module, checkpoint: Mapping,
+                     checkpoint_key: Optional[str] = None,
+                     prefix: Optional[str] = None
+                     ) -> Tuple[Dict[str, torch.Tensor], Dict[str, str],
+                                List[str], str]:
+    """What :func:`load_backbone_checkpoint` loads from a checkpoint's
+    contents into ``model`` (checked strictly against its names and
+    shapes; a model on the meta device will do): the weights, the entries
+    dropped (key -> reason), the pyramid keys left fresh, and the format."""
+    state_dict, fmt = extract_state_dict(checkpoint, checkpoint_key)
+    if prefix:
+        state_dict = under_prefix(state_dict, prefix)
+    converted, dropped = convert_state_dict(state_dict)
+    to_load, unused, fresh = match_state_dict(model, converted)
+    dropped.update(unused)
+    return to_load, dropped, fresh, fmt
+
+
 def load_backbone_checkpoint(model: nn.Module,
                              path: str,
                              checkpoint_key: Optional[str] = None,
-                             logger: Optional[logging.Logger] = None) -> dict:
-    """Import the checkpoint at ``path`` into an :class:`XCiT` backbone.
+                             logger: Optional[logging.Logger] = None,
+                             prefix: Optional[str] = None,
+                             map_location: object = None) -> dict:
+    """Import the checkpoint at ``path`` into an :class:`XCiT` backbone;
+    with ``prefix``, only its weights under that prefix (:func:`under_prefix`:
+    ``'teacher.backbone.'`` of a Mean Teacher detector, say).
+    ``map_location`` is accepted as mmengine's ``Pretrained`` takes it: the
+    file is read onto the CPU and its values copied into the backbone's
+    parameters, wherever they are.
 
     Returns a report: ``format``, ``loaded``, ``dropped`` (key -> reason),
     ``fresh`` (pyramid keys initialised afresh).
     """
     log = logger.info if logger is not None else (lambda msg: None)
-    raw = read_checkpoint(path)
-    state_dict, fmt = extract_state_dict(raw, checkpoint_key)
-    converted, dropped = convert_state_dict(state_dict)
-    to_load, unused, fresh = match_state_dict(model, converted)
-    dropped.update(unused)
+    to_load, dropped, fresh, fmt = backbone_weights(
+        model, read_checkpoint(path), checkpoint_key, prefix)
     result = model.load_state_dict(to_load, strict=False)
     # Every key was checked above; the only keys load_state_dict may report
     # missing are the freshly initialised pyramid and BN step counters.

@@ -40,6 +40,7 @@ from .presets import (
     OUT_STRIDES,
     check_out_indices,
     check_training_args,
+    init_cfgs,
     normalized_compile_cfg,
     resolve_arch,
 )
@@ -138,10 +139,12 @@ class XCiT(BaseModule):
             of the 8 inputs that come most kept and dropped when the model
             goes back to training; training: 3 times in a row, one graph
             kept). Defaults to False.
-        init_cfg (dict, optional): mmengine initialisation config.
-            ``dict(type='Pretrained', checkpoint=PATH)`` imports an
+        init_cfg (dict | list[dict], optional): mmengine initialisation
+            config. ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see
-            :mod:`xcit_dense.checkpoint`); ``checkpoint_key`` picks
+            :mod:`xcit_dense.checkpoint`); ``prefix`` takes only the
+            weights under it (mmengine's: ``'backbone.'``,
+            ``'teacher.backbone.'``), ``checkpoint_key`` picks
             ``'teacher'`` (default) or ``'student'`` from DINO files.
     """
 
@@ -170,7 +173,7 @@ class XCiT(BaseModule):
                  autocast_dtype: Optional[str] = None,
                  fast_path: Union[bool, str] = True,
                  cuda_graphs: Union[bool, str] = False,
-                 init_cfg: Optional[dict] = None):
+                 init_cfg: Union[dict, Sequence[dict], None] = None):
         settings = resolve_arch(
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
             num_heads=num_heads, eta=eta)
@@ -427,23 +430,28 @@ class XCiT(BaseModule):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def init_weights(self) -> None:
-        """Initialise; with ``init_cfg=dict(type='Pretrained', ...)`` import
-        the checkpoint strictly (never a silent partial load)."""
-        if self.init_cfg is not None and \
-                self.init_cfg.get('type') == 'Pretrained':
-            from ..checkpoint import load_backbone_checkpoint
-            cfg = dict(self.init_cfg)
-            cfg.pop('type')
-            checkpoint = cfg.pop('checkpoint', None)
-            if checkpoint is None:
-                raise ValueError(
-                    "init_cfg of type 'Pretrained' needs a 'checkpoint' path")
-            load_backbone_checkpoint(
-                self, checkpoint, logger=MMLogger.get_current_instance(),
-                **cfg)
-            self._is_init = True
+        """Initialise as mmengine's modules do (``init_cfg``: one dict or a
+        list of them); a ``'Pretrained'`` entry, applied after the others
+        as mmengine orders them, imports its checkpoint strictly (never a
+        silent partial load; :mod:`xcit_dense.checkpoint`)."""
+        given = init_cfgs(self.init_cfg)
+        pretrained = [c for c in given if c['type'] == 'Pretrained']
+        if not pretrained:
+            super().init_weights()
             return
-        super().init_weights()
+        init_cfg = self.init_cfg
+        self.init_cfg = [c for c in given if c['type'] != 'Pretrained']
+        try:
+            super().init_weights()
+        finally:
+            self.init_cfg = init_cfg
+        from ..checkpoint import load_backbone_checkpoint
+        cfg = dict(pretrained[0])
+        del cfg['type']
+        load_backbone_checkpoint(self, cfg.pop('checkpoint'),
+                                 logger=MMLogger.get_current_instance(),
+                                 **cfg)
+        self._is_init = True
 
 
 def _inductor_fixes(options: dict) -> dict:

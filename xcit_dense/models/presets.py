@@ -1,5 +1,5 @@
 """XCiT presets and the checks of the backbone's arguments."""
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 # name: (embed_dim, depth, num_heads, eta), as in timm's ``xcit_<name>_p*``
 # entry points and the XCiT paper (Table 1).
@@ -84,7 +84,7 @@ def check_out_indices(out_indices: Optional[Sequence[int]],
 def check_training_args(frozen_stages: int, last_block: int,
                         compile_cfg: Union[bool, str, dict, None],
                         autocast_dtype: Optional[str],
-                        init_cfg: Optional[dict],
+                        init_cfg: Union[dict, Sequence[dict], None],
                         cuda_graphs: Union[bool, str] = False,
                         drop_path_rate: float = 0.) -> None:
     """The remaining arguments of :class:`~xcit_dense.XCiT` (the dropout
@@ -104,7 +104,7 @@ def check_training_args(frozen_stages: int, last_block: int,
             not isinstance(compile_cfg, (bool, dict)):
         raise ValueError(
             f"compile_cfg must be None, a bool, 'auto' (compiled where the "
-            f'fast-path policy says it pays: CUDA) or a dict of '
+            f'fast-path policy lists the device: none today) or a dict of '
             f'torch.compile arguments, got {compile_cfg!r}')
     if autocast_dtype not in AUTOCAST_DTYPES:
         raise ValueError(
@@ -117,9 +117,59 @@ def check_training_args(frozen_stages: int, last_block: int,
                          f"steps too), 'auto' (where the policy says they "
                          f"pay, for inputs that recur) or False, got "
                          f"{cuda_graphs!r}")
-    if init_cfg is not None and not isinstance(init_cfg, dict):
-        raise ValueError(f'init_cfg must be a dict or None, got '
-                         f'{type(init_cfg).__name__}')
+    check_init_cfg(init_cfg)
+
+
+#: what an ``init_cfg`` of type ``'Pretrained'`` takes: mmengine's arguments
+#: (``checkpoint``, ``prefix``, ``map_location``) and, for DINO files,
+#: ``checkpoint_key``
+PRETRAINED_KEYS = ('type', 'checkpoint', 'prefix', 'map_location',
+                   'checkpoint_key')
+
+
+def init_cfgs(init_cfg: Union[dict, Sequence[dict], None]) -> List[dict]:
+    """``init_cfg`` as a list, as mmengine's modules take it (None, one
+    dict or a list of them)."""
+    if init_cfg is None:
+        return []
+    return list(init_cfg) if isinstance(init_cfg, (list, tuple)) \
+        else [init_cfg]
+
+
+def check_init_cfg(init_cfg: Union[dict, Sequence[dict], None]) -> None:
+    """``init_cfg`` as mmengine takes it (None, a dict with a ``type``, or
+    a list of them), with at most one ``'Pretrained'``, which names its
+    ``checkpoint`` and takes only :data:`PRETRAINED_KEYS`."""
+    if not isinstance(init_cfg, (dict, list, tuple, type(None))) or not all(
+            isinstance(c, dict) and 'type' in c for c in init_cfgs(init_cfg)):
+        raise ValueError(
+            f"init_cfg must be None, a dict with a 'type' (one of "
+            f"mmengine's initialisers: 'Pretrained', 'TruncNormal', "
+            f"'Constant', ...) or a list of such dicts, got {init_cfg!r}")
+    pretrained = [c for c in init_cfgs(init_cfg)
+                  if c['type'] == 'Pretrained']
+    if len(pretrained) > 1:
+        raise ValueError(
+            f"init_cfg has {len(pretrained)} entries of type 'Pretrained'; "
+            f'one checkpoint initialises the backbone')
+    for cfg in pretrained:
+        unknown = sorted(set(cfg) - set(PRETRAINED_KEYS))
+        if unknown:
+            raise ValueError(
+                f"init_cfg of type 'Pretrained' takes checkpoint (a file "
+                f"or an http(s) URL), prefix (only the weights under it, "
+                f"as mmengine's: 'backbone.' of a detector), map_location "
+                f"(mmengine's; the weights end in the backbone's "
+                f"parameters either way) and checkpoint_key ('teacher' or "
+                f"'student' of a DINO file); got {', '.join(unknown)}")
+        if not cfg.get('checkpoint'):
+            raise ValueError(
+                "init_cfg of type 'Pretrained' needs a 'checkpoint': a "
+                "file or an http(s) URL")
+        if not isinstance(cfg.get('prefix', ''), str):
+            raise ValueError(
+                f"init_cfg's prefix must be a string such as 'backbone.', "
+                f"got {cfg['prefix']!r}")
 
 
 def normalized_compile_cfg(compile_cfg: Union[bool, str, dict, None]

@@ -24,7 +24,10 @@ def autocast_weights(layers: Sequence[nn.Linear], dtype: torch.dtype
     if all(t.dtype == dtype for t in present):
         cast = tensors
     elif len({t.dtype for t in present}) == 1:
-        together = iter(_CastTogether.apply(dtype, *present))
+        recorded = torch.is_grad_enabled() and \
+            any(t.requires_grad for t in present)
+        together = iter(_CastTogether.apply(dtype, *present) if recorded
+                        else _cast_together(present, dtype))
         cast = [None if t is None else next(together) for t in tensors]
     else:
         cast = [None if t is None else t.to(dtype) for t in tensors]
@@ -41,14 +44,22 @@ class _CastTogether(torch.autograd.Function):
     def forward(ctx, dtype: torch.dtype, *tensors: torch.Tensor):
         ctx.source = tensors[0].dtype
         ctx.shapes = [t.shape for t in tensors]
-        flat = torch.cat([t.reshape(-1) for t in tensors]).to(dtype)
-        return _views(flat, ctx.shapes)
+        return _cast_together(tensors, dtype)
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):
         # (autograd hands zeros for a result that got no gradient)
         flat = torch.cat([g.reshape(-1) for g in grads]).to(ctx.source)
         return (None, *_views(flat, ctx.shapes))
+
+
+def _cast_together(tensors: Sequence[torch.Tensor], dtype: torch.dtype
+                   ) -> Tuple[torch.Tensor, ...]:
+    """``tuple(t.to(dtype) for t in tensors)`` in two launches (a copy into
+    one buffer, one cast of it): views of one buffer. Inference calls it
+    as it is, without an autograd node's cost on the CPU."""
+    flat = torch.cat([t.reshape(-1) for t in tensors]).to(dtype)
+    return _views(flat, [t.shape for t in tensors])
 
 
 def _views(flat: torch.Tensor, shapes) -> Tuple[torch.Tensor, ...]:

@@ -27,7 +27,11 @@ from xcit_dense.cli import (  # noqa: E402
 from xcit_dense.deploy.runtimes import RUNTIMES  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.preflight import check_checkpoint, check_inputs  # noqa: E402
-from xcit_dense.runner import build_runner, finish_distributed  # noqa: E402
+from xcit_dense.runner import (  # noqa: E402
+    add_required_hooks,
+    build_runner,
+    finish_distributed,
+)
 
 
 def parse_args():
@@ -132,7 +136,7 @@ def main():
     check_inputs(cfg, training=False)
     # The trained weights are loaded whole and strictly (below); no
     # pretrained import needed.
-    cfg.load_from = None
+    cfg.load_from, cfg.resume = None, False
     tta = str(cfg.model.get('type', '')).endswith('TTAModel')
     inner = cfg.model.module if tta else cfg.model
     if inner.get('backbone', {}).get('init_cfg'):
@@ -153,18 +157,24 @@ def main():
             cfg.test_evaluator['output_dir'] = args.out
             cfg.test_evaluator['keep_results'] = True
 
+    if not exported:
+        # Loaded by the runner after its hooks' before_run (EMAHook's
+        # average model exists then), as mmdet's and mmseg's test.py load
+        # it. A test-time-augmentation model holds the trained one as
+        # `module`; mmengine loads into that (load_state_dict unwraps a
+        # BaseTTAModel). xcit_dense.CheckpointImportHook converts a
+        # published (mmdet 2 / mmseg 0) checkpoint and checks every weight,
+        # the class-dependent layers too.
+        cfg.load_from = checkpoint
+        add_required_hooks(cfg)
+        for hook in cfg.custom_hooks:
+            if str(hook.get('type', '')).split('.')[-1] == \
+                    'CheckpointImportHook':
+                hook['allow_new_classes'] = False
     runner = build_runner(cfg)
-    if exported:
-        runner.test()
-        return
-    # A test-time-augmentation model holds the trained one as `module`;
-    # mmengine loads into that (load_state_dict unwraps a BaseTTAModel). A
-    # published (mmdet 2 / mmseg 0) checkpoint is converted on loading by
-    # xcit_dense.CheckpointImportHook, which build_runner adds.
-    runner.load_checkpoint(checkpoint, strict=True,
-                           revise_keys=[(r'^module\.', '')])
     runner.test()
-    finish_distributed()
+    if not exported:
+        finish_distributed()
 
 
 if __name__ == '__main__':

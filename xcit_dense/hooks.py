@@ -1,6 +1,7 @@
 """Runner hooks of the ``xcit_dense`` scope."""
 import os.path as osp
 import signal as signals
+from typing import Optional
 
 import torch
 from mmengine.dist import all_reduce, barrier
@@ -36,12 +37,26 @@ class CheckpointImportHook(Hook):
     state merges as it loads). Whether the runner resumes or fine-tunes is
     read from its config (``resume``, ``load_from``), as ``Runner.from_cfg``
     builds it.
+
+    Args:
+        allow_new_classes (bool, optional): whether the class-dependent
+            layers may differ in shape from the checkpoint's (fine-tuning).
+            None: as the config says (``load_from`` without ``resume``);
+            ``tools/test.py`` sets False (the model tested is the one
+            trained, every weight loaded).
     """
 
     priority = 'VERY_HIGH'
 
+    def __init__(self, allow_new_classes: Optional[bool] = None) -> None:
+        self.allow_new_classes = allow_new_classes
+
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         resume = bool(runner.cfg.get('resume'))
+        allow_new_classes = self.allow_new_classes
+        if allow_new_classes is None:
+            allow_new_classes = not resume and \
+                runner.cfg.get('load_from') is not None
         if resume and is_published(checkpoint):
             refuse_resume(runner.cfg.get('load_from') or 'the checkpoint')
         optimizer = getattr(runner.optim_wrapper, 'optimizer', None)
@@ -52,8 +67,7 @@ class CheckpointImportHook(Hook):
             model = model.module
         converted, weights, reinit = model_weights(
             checkpoint, model.state_dict(),
-            allow_new_classes=not resume and
-            runner.cfg.get('load_from') is not None,
+            allow_new_classes=allow_new_classes,
             log=lambda msg: print_log(msg, logger='current'))
         if converted is not checkpoint:  # a published one, converted
             checkpoint.clear()

@@ -134,9 +134,10 @@ def main():
     checkpoint = None if exported else check_checkpoint(
         args.checkpoint, 'checkpoint to test')
     check_inputs(cfg, training=False)
-    # The trained weights are loaded whole and strictly (below); no
-    # pretrained import needed.
-    cfg.load_from, cfg.resume = None, False
+    # The trained weights are loaded whole and strictly by the runner, after
+    # its hooks' before_run (EMAHook's average model exists then), as
+    # mmdet's and mmseg's test.py load them; no pretrained import needed.
+    cfg.load_from, cfg.resume = None if exported else checkpoint, False
     tta = str(cfg.model.get('type', '')).endswith('TTAModel')
     inner = cfg.model.module if tta else cfg.model
     if inner.get('backbone', {}).get('init_cfg'):
@@ -158,14 +159,11 @@ def main():
             cfg.test_evaluator['keep_results'] = True
 
     if not exported:
-        # Loaded by the runner after its hooks' before_run (EMAHook's
-        # average model exists then), as mmdet's and mmseg's test.py load
-        # it. A test-time-augmentation model holds the trained one as
-        # `module`; mmengine loads into that (load_state_dict unwraps a
-        # BaseTTAModel). xcit_dense.CheckpointImportHook converts a
-        # published (mmdet 2 / mmseg 0) checkpoint and checks every weight,
-        # the class-dependent layers too.
-        cfg.load_from = checkpoint
+        # A test-time-augmentation model holds the trained one as `module`;
+        # mmengine loads into that (load_state_dict unwraps a BaseTTAModel).
+        # xcit_dense.CheckpointImportHook converts a published (mmdet 2 /
+        # mmseg 0) checkpoint and checks every weight, the class-dependent
+        # layers too.
         add_required_hooks(cfg)
         for hook in cfg.custom_hooks:
             if str(hook.get('type', '')).split('.')[-1] == \
@@ -173,8 +171,7 @@ def main():
                 hook['allow_new_classes'] = False
     runner = build_runner(cfg)
     runner.test()
-    if not exported:
-        finish_distributed()
+    finish_distributed()
 
 
 if __name__ == '__main__':

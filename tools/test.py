@@ -164,11 +164,8 @@ def main():
         # xcit_dense.CheckpointImportHook converts a published (mmdet 2 /
         # mmseg 0) checkpoint and checks every weight, the class-dependent
         # layers too.
-        add_required_hooks(cfg)
-        for hook in cfg.custom_hooks:
-            if str(hook.get('type', '')).split('.')[-1] == \
-                    'CheckpointImportHook':
-                hook['allow_new_classes'] = False
+        add_required_hooks(
+            cfg, CheckpointImportHook=dict(allow_new_classes=False))
     runner = build_runner(cfg)
     runner.test()
     finish_distributed()

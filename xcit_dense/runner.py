@@ -6,16 +6,22 @@ from mmengine.config import ConfigDict
 
 REQUIRED_HOOKS = ('CheckpointImportHook', 'PreemptionHook')
 
-def add_required_hooks(cfg) -> None:
+def add_required_hooks(cfg, **arguments: dict) -> None:
     """Make sure the runner converts published checkpoints and checks every
     loaded one strictly, saves a checkpoint on SIGTERM / SIGINT / SIGUSR1
     (:mod:`xcit_dense.hooks`) and writes checkpoints atomically, also when a
-    config replaced the recipe's ``custom_hooks`` or checkpoint hook."""
+    config replaced the recipe's ``custom_hooks`` or checkpoint hook.
+    ``arguments``: a required hook's arguments, by its name (tools/test.py:
+    ``CheckpointImportHook=dict(allow_new_classes=False)``), set on the
+    config's entry or the one added."""
     hooks = list(cfg.get('custom_hooks') or [])
     for name in REQUIRED_HOOKS:
-        if not any(str(h.get('type', '')).split('.')[-1] == name
-                   for h in hooks):
-            hooks.append(dict(type=f'xcit_dense.{name}'))
+        hook = next((h for h in hooks
+                     if str(h.get('type', '')).split('.')[-1] == name), None)
+        if hook is None:
+            hook = dict(type=f'xcit_dense.{name}')
+            hooks.append(hook)
+        hook.update(arguments.get(name, {}))
     cfg.custom_hooks = hooks
     checkpoint = (cfg.get('default_hooks') or {}).get('checkpoint')
     if checkpoint is not None and not checkpoint.get('backend_args'):

@@ -192,6 +192,12 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         self.paramwise_cfg = dict(self.paramwise_cfg or {})
         self.paramwise_cfg.setdefault('custom_keys', {})
         wrapper = super().__call__(model)
+        # plain dicts, as torch.optim makes them: mmengine builds the
+        # optimizer from a ConfigDict, which turns the groups into
+        # ConfigDicts, and dynamo cannot trace a step over those (mmengine's
+        # ``compile=True`` compiles the step with the train_step)
+        groups = wrapper.optimizer.param_groups
+        groups[:] = [dict(group) for group in groups]
         if self.merge_groups:
             wrapper.optimizer.register_load_state_dict_pre_hook(
                 _merge_saved_groups)

@@ -111,6 +111,35 @@ def test_kernels_match_the_straightforward_branch(training, batch, H, W, C):
     compare(y, H, W, list(branch(C)), training)
 
 
+@pytest.mark.parametrize('bn_args', [{}, dict(affine=False)])
+def test_inference_normalises_inside_the_second_convolution(bn_args,
+                                                            monkeypatch):
+    """In eval mode without gradients the second convolution computes the
+    norm's scale and shift from the running statistics itself (no
+    statistics kernel): the output of the launch it saves, bit for bit,
+    and the straightforward computation's; with gradients recorded, the
+    statistics kernel runs, as the backward needs its rows."""
+    statistics_of = lpi_kernels._statistics_of
+    launched = []
+    monkeypatch.setattr(lpi_kernels, '_statistics_of',
+                        lambda *a: launched.append(1) or statistics_of(*a))
+    torch.manual_seed(0)
+    y, residual = torch.randn(2, 45, 72) + 2, torch.randn(2, 45, 72)
+    conv1, bn, conv2 = branch(72, **bn_args)
+    bn.eval()
+    gamma = torch.rand(72) + 0.5
+    with torch.no_grad():
+        read = lpi_kernels.local_interaction(y, 5, 9, conv1, bn, conv2,
+                                             gamma, residual)
+        ref = straightforward(y, 5, 9, conv1, bn, conv2, gamma, residual)
+    assert not launched
+    recorded = lpi_kernels.local_interaction(y, 5, 9, conv1, bn, conv2,
+                                             gamma, residual)
+    assert launched and recorded.requires_grad
+    assert torch.equal(read, recorded.detach())
+    torch.testing.assert_close(read, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_tiles_sums_added_in_several_steps(monkeypatch):
     """The statistics and the parameters' gradients add the tiles' sums
     a few tiles per step (32 on a GPU): 2 here, so 3 tiles take a full and

@@ -10,7 +10,8 @@ For tokens ``y`` of an H x W grid, per channel::
     a = GELU(conv1(y))                     (_forward: GELU; in training also
                                             each tile's mean and M2 of a)
     mean, var: the batch's (training) or the running ones  (_statistics,
-          which also updates the running averages as nn.BatchNorm2d does)
+          which also updates the running averages as nn.BatchNorm2d does;
+          in inference _forward reads the running ones itself)
     z = a * scale + shift                  (BatchNorm, scale = w / std)
     out = residual + gamma * conv2(z)      (_forward: the norm read through)
 
@@ -76,6 +77,22 @@ if triton is not None:
         return first, second
 
     @triton.jit
+    def _coefficients(weight_ptr, bias_ptr, mean, var, eps, rc, cmask):
+        """BatchNorm's 1 / std, scale and shift at channels ``rc`` for
+        the mean and variance given."""
+        rstd = 1 / tl.sqrt(var + eps)
+        scale = tl.load(weight_ptr + rc, mask=cmask, other=0.) * rstd
+        shift = tl.load(bias_ptr + rc, mask=cmask, other=0.) - mean * scale
+        return rstd, scale, shift
+
+    @triton.jit
+    def _running(rmean_ptr, rvar_ptr, rc, cmask):
+        """The running mean and variance at channels ``rc``."""
+        mean = tl.load(rmean_ptr + rc, mask=cmask, other=0.)
+        var = tl.load(rvar_ptr + rc, mask=cmask, other=1.)
+        return mean, var
+
+    @triton.jit
     def _neighbours(rn, N, H, W, di, dj):
         """Each token's neighbour at (di, dj) on the H x W grid: its index
         and whether it is on the grid (zero padding elsewhere)."""
@@ -112,19 +129,27 @@ if triton is not None:
 
     @triton.jit
     def _forward(src_ptr, w_ptr, bias_ptr, stats_ptr, gamma_ptr, res_ptr,
-                 out_ptr, part_ptr, N, H, W, C, tiles,
+                 out_ptr, part_ptr, rmean_ptr, rvar_ptr, bn_weight_ptr,
+                 bn_bias_ptr, N, H, W, C, tiles, eps,
                  GELU: tl.constexpr, NORMED: tl.constexpr,
-                 RESIDUAL: tl.constexpr, MOMENTS: tl.constexpr,
-                 BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr):
+                 RUNNING: tl.constexpr, RESIDUAL: tl.constexpr,
+                 MOMENTS: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_C: tl.constexpr):
         """One program: one image's tile of tokens (axis 0) and block of
         channels (axis 1). With GELU: ``a = GELU(conv(src) + bias)`` and,
         with MOMENTS, the tile's mean and M2 of ``a`` per channel. With
         NORMED: ``gamma * (conv(src * scale + shift) + bias)``, the
-        BatchNorm's scale and shift read from ``stats``, plus the residual
+        BatchNorm's scale and shift read from ``stats`` or, with RUNNING,
+        computed from its running mean and variance, weight, bias and
+        ``eps`` (inference: no ``_statistics`` launch), plus the residual
         with RESIDUAL."""
         pid, rn, rc, cmask = _tile(tiles, C, BLOCK_N, BLOCK_C)
         base = (pid // tiles).to(tl.int64) * N * C  # a batch may pass 2^31
-        if NORMED:
+        if RUNNING:
+            mean, var = _running(rmean_ptr, rvar_ptr, rc, cmask)
+            _, scale, shift = _coefficients(bn_weight_ptr, bn_bias_ptr,
+                                            mean, var, eps, rc, cmask)
+        elif NORMED:
             scale, shift = _stats(stats_ptr, 2, rc, cmask, C)
         else:
             scale = tl.zeros((BLOCK_C,), dtype=tl.float32)
@@ -208,11 +233,9 @@ if triton is not None:
                 tl.store(rvar_ptr + rc, (1 - factor) * rvar +
                          factor * var * (count / (count - 1)), mask=cmask)
         else:
-            mean = tl.load(rmean_ptr + rc, mask=cmask, other=0.)
-            var = tl.load(rvar_ptr + rc, mask=cmask, other=1.)
-        rstd = 1 / tl.sqrt(var + eps)
-        scale = tl.load(weight_ptr + rc, mask=cmask, other=0.) * rstd
-        shift = tl.load(bias_ptr + rc, mask=cmask, other=0.) - mean * scale
+            mean, var = _running(rmean_ptr, rvar_ptr, rc, cmask)
+        rstd, scale, shift = _coefficients(weight_ptr, bias_ptr, mean, var,
+                                           eps, rc, cmask)
         tl.store(stats_ptr + rc, mean, mask=cmask)
         tl.store(stats_ptr + C + rc, rstd, mask=cmask)
         tl.store(stats_ptr + 2 * C + rc, scale, mask=cmask)
@@ -418,31 +441,43 @@ def _statistics_of(moments: torch.Tensor, B: int, N: int, C: int,
 class _LocalInteraction(torch.autograd.Function):
     """(B, N, C) tokens of an H x W grid -> ``residual + gamma *
     conv2(BN(GELU(conv1(y))))``: three kernels forward (the norm's
-    statistics, batch or running, between the two convolutions), five
-    backward."""
+    statistics, batch or running, between the two convolutions; two where
+    the running ones normalise and no gradient is asked for, the second
+    convolution reading them itself), five backward."""
 
     @staticmethod
     def forward(ctx, y, residual, w1, b1, w2, b2, bn_weight, bn_bias, gamma,
-                running_mean, running_var, H, W, eps, batch, factor, group):
+                running_mean, running_var, H, W, eps, batch, factor, group,
+                recorded):
         B, N, C = y.shape
         tiles, grid = _grid(B, N, C)
         a = torch.empty_like(y)
         moments = y.new_empty((B * tiles, 2, C) if batch else (1,),
                               dtype=torch.float32)
-        _forward[grid](y, w1, b1, y, gamma, y, a, moments, N, H, W, C,
-                       tiles, GELU=True, NORMED=False, RESIDUAL=False,
-                       MOMENTS=batch, BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C,
-                       num_warps=TILE_WARPS)
-        stats, synced = _statistics_of(
-            moments, B, N, C, bn_weight, bn_bias, running_mean, running_var,
-            eps, batch, factor, group)
+        _forward[grid](y, w1, b1, y, gamma, y, a, moments, y, y, y, y, N, H,
+                       W, C, tiles, eps, GELU=True, NORMED=False,
+                       RUNNING=False, RESIDUAL=False, MOMENTS=batch,
+                       BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, num_warps=TILE_WARPS)
+        # (needs_input_grad says requires_grad, also under no_grad)
+        running = not batch and not (recorded and any(ctx.needs_input_grad))
+        if running:  # inference: the second convolution reads them
+            stats, synced = y, None
+        else:
+            stats, synced = _statistics_of(
+                moments, B, N, C, bn_weight, bn_bias, running_mean,
+                running_var, eps, batch, factor, group)
         dtype = residual.dtype if residual is not None else y.dtype
         out = y.new_empty((B, N, C), dtype=dtype)
         _forward[grid](a, w2, b2, stats, gamma,
                        residual if residual is not None else y, out, stats,
-                       N, H, W, C, tiles, GELU=False, NORMED=True,
+                       running_mean if running else y,
+                       running_var if running else y,
+                       bn_weight, bn_bias, N, H, W, C, tiles, eps,
+                       GELU=False, NORMED=True, RUNNING=running,
                        RESIDUAL=residual is not None, MOMENTS=False,
                        BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, num_warps=TILE_WARPS)
+        if running:
+            return out  # no backward
         ctx.save_for_backward(y, a, w1, b1, w2, b2, gamma, stats)
         ctx.grid = H, W, batch, residual is not None
         ctx.sync = group, synced
@@ -495,7 +530,7 @@ class _LocalInteraction(torch.autograd.Function):
         return (dy, dout if residual else None, dw1, db1.to(b1.dtype), dw2,
                 db2.to(b2.dtype), totals[1], totals[0],
                 dgamma.to(gamma.dtype), None, None, None, None, None, None,
-                None, None)
+                None, None, None)
 
 
 def batch_norm_mode(bn: nn.BatchNorm2d
@@ -551,7 +586,7 @@ def local_interaction(y: torch.Tensor, H: int, W: int, conv1: nn.Conv2d,
             conv2.weight.contiguous(), given(conv2.bias, 0.),
             given(bn.weight, 1.), given(bn.bias, 0.), given(gamma, 1.),
             bn.running_mean, bn.running_var, H, W, bn.eps, batch, factor,
-            group)
+            group, torch.is_grad_enabled())
 
 
 def probe(device: torch.device, dtype: torch.dtype, channels: int,

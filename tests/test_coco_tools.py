@@ -257,7 +257,7 @@ def test_launcher_that_did_not_start_the_process_fails_cleanly(
 
 @pytest.mark.parametrize('case', ['data_root', 'ann_file', 'arch',
                                   'drop_path_rate', 'unknown', 'truncated',
-                                  'prefix', 'shapes'])
+                                  'prefix', 'shapes', 'channels'])
 def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
     work = tmp_path / 'work'
     options = {
@@ -266,6 +266,7 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
         'arch': ['model.backbone.arch=huge_12_p16'],
         'drop_path_rate': ['model.backbone.drop_path_rate=1.5'],
         'unknown': ['model.backbone.drop_path=0.1'],
+        'channels': ['model.backbone.arch=tiny_12_p16'],  # the neck as was
     }.get(case, [])
     extra = ''
     if case == 'truncated':
@@ -307,6 +308,9 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
         'prefix': [r'mean_teacher\.pth cannot initialise the backbone',
                    r"No weights under the prefix 'backbone\.'",
                    r'begin with student\., teacher\.'],
+        'channels': [r'model\.neck\.in_channels is \[128, 128, 128, 128\]'
+                     r', but the backbone \(model\.backbone\) gives 4 maps '
+                     r'of 192 channels'],
         'shapes': [r'mean_teacher\.pth cannot initialise the backbone',
                    r'patch_embed\.proj\.0\.0\.weight: checkpoint '
                    r'\(24, 3, 3, 3\) vs model \(16, 3, 3, 3\)'],

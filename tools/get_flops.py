@@ -29,7 +29,11 @@ from xcit_dense.cli import (  # noqa: E402
     run_cli,
 )
 from xcit_dense.errors import UserError  # noqa: E402
-from xcit_dense.preflight import check_backbone, check_datasets  # noqa: E402
+from xcit_dense.preflight import (  # noqa: E402
+    check_backbone,
+    check_channels,
+    check_datasets,
+)
 from xcit_dense.toolkits import check_toolkit  # noqa: E402
 
 #: mmseg's get_flops.py default input, (H, W)
@@ -100,7 +104,7 @@ def main():
     args = parse_args()
     cfg = load_config(args.config, args.cfg_options)
     scope = check_toolkit(cfg.get('default_scope'))
-    check_backbone(cfg)
+    check_channels(cfg, check_backbone(cfg))
     shape = args.shape
     if shape is None and args.num_images is None and scope == 'mmseg':
         shape = SEGMENTATION_SHAPE

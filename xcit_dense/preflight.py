@@ -99,6 +99,60 @@ def check_backbone(cfg) -> Optional[nn.Module]:
         raise UserError(f'Bad backbone in the config (model.backbone): {e}')
 
 
+def _consumers(model: Mapping) -> Iterator[Tuple[str, Mapping, bool]]:
+    """The parts of a model config that take the backbone's maps: (the
+    key to set, its config, whether it takes every map). The neck where
+    there is one (the first of a list: mmdet's), else the heads: mmseg's
+    decode and auxiliary heads (a map each, or those of ``in_index``),
+    mmdet's Mask2Former ``panoptic_head`` (every map)."""
+    neck = model.get('neck')
+    if neck:
+        if isinstance(neck, (list, tuple)):
+            yield 'model.neck[0]', neck[0], True
+        else:
+            yield 'model.neck', neck, True
+        return
+    for key in ('decode_head', 'auxiliary_head', 'panoptic_head'):
+        heads = model.get(key)
+        listed = isinstance(heads, (list, tuple))
+        for i, head in enumerate(heads if listed else [heads]):
+            if isinstance(head, Mapping):
+                yield (f'model.{key}[{i}]' if listed else f'model.{key}',
+                       head, key == 'panoptic_head')
+
+
+def check_channels(cfg, backbone: Optional[nn.Module]) -> None:
+    """The neck (or, without one, the heads) must take the XCiT
+    ``backbone``'s maps as it gives them: ``embed_dim`` channels each, one
+    per ``out_indices`` entry; else the run would end at its first forward
+    in a convolution's shape error (a preset changed with
+    ``--cfg-options model.backbone.arch=...``, the neck left as it was)."""
+    if backbone is None:
+        return
+    from .models.presets import preset_widths
+    channels, maps = backbone.embed_dim, len(backbone.out_indices)
+    for key, part, every in _consumers(cfg.get('model') or {}):
+        given = part.get('in_channels')
+        listed = isinstance(given, (list, tuple))
+        values = list(given) if listed else [given]
+        if not all(isinstance(v, int) for v in values):
+            continue
+        index = part.get('in_index')
+        taken = maps if every else (len(index) if isinstance(
+            index, (list, tuple)) else 1)
+        if values == [channels] * len(values) and \
+                (not listed or not every or len(values) == taken):
+            continue
+        expected = [channels] * taken if listed or taken > 1 else channels
+        raise UserError(
+            f'{key}.in_channels is {given!r}, but the backbone '
+            f'(model.backbone) gives {maps} maps of {channels} channels '
+            f'(its embed_dim; the presets\' widths: {preset_widths()}). '
+            f'Set it to match, e.g. '
+            f'--cfg-options "{key}.in_channels='
+            f'{str(expected).replace(" ", "")}"')
+
+
 def check_pretrained(cfg, backbone: Optional[nn.Module]) -> None:
     """The backbone's ``Pretrained`` checkpoint (its ``init_cfg``, a dict or
     an entry of a list) must be readable (a URL is downloaded here, once,
@@ -151,6 +205,7 @@ def check_inputs(cfg, training: bool) -> None:
     pointed at the local copy, which is then read without arbitrary
     unpickling like any other file."""
     backbone = check_backbone(cfg)
+    check_channels(cfg, backbone)
     check_datasets(cfg, ('train', 'val') if training else ('test', ))
     check_evaluators(cfg, ('val', ) if training else ('test', ))
     if training:

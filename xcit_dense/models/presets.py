@@ -21,6 +21,13 @@ ARCH_SETTINGS: Dict[str, dict] = {
     for patch in (16, 8)
 }
 DEFAULT_ARCH = 'small_12_p16'
+
+
+def preset_widths() -> str:
+    """The presets' widths (embed_dim), for messages: 'nano 128, tiny
+    192, ...'."""
+    widths = {name.split('_')[0]: dim for name, (dim, *_) in _SIZES.items()}
+    return ', '.join(f'{name} {dim}' for name, dim in widths.items())
 #: Strides of the four pyramid levels.
 OUT_STRIDES: Tuple[int, ...] = (4, 8, 16, 32)
 # Blocks tapped for the four pyramid levels (published detection configs).

@@ -1,0 +1,64 @@
+"""The pre-flight's check that the neck, or without one the heads, take the
+backbone's maps (xcit_dense/preflight.py, ``check_channels``): the shipped
+config of each model family passes; with the backbone's preset changed and
+the rest left as it was, the part that would fail at the first forward is
+named in one paragraph with the setting that fixes it, and that setting
+passes."""
+import re
+
+import pytest
+from mmengine.config import Config
+
+from xcit_dense.errors import UserError
+from xcit_dense.preflight import check_backbone, check_channels
+
+from conftest import REPO
+
+FAMILIES = [  # config, the parts that take the maps, in the order checked
+    ('coco/demo_mask_rcnn_xcit_nano_synthetic.py', ['model.neck']),
+    ('coco/demo_mask2former_xcit_nano_synthetic.py',
+     ['model.panoptic_head']),
+    ('ade20k/demo_upernet_xcit_nano_synthetic.py',
+     ['model.decode_head', 'model.auxiliary_head']),
+    ('ade20k/demo_mask2former_xcit_nano_synthetic.py',
+     ['model.decode_head']),
+]
+
+
+def _check(cfg):
+    check_channels(cfg, check_backbone(cfg))
+
+
+@pytest.mark.parametrize('config, parts', FAMILIES,
+                         ids=['mask_rcnn', 'mask2former_coco', 'upernet',
+                              'mask2former_ade20k'])
+def test_parts_that_take_the_maps_must_take_them_as_they_come(config,
+                                                              parts):
+    cfg = Config.fromfile(str(REPO / 'configs' / config))
+    _check(cfg)  # as shipped
+    cfg.model.backbone.arch = 'tiny_12_p16'  # 192 channels, not nano's 128
+    for key in parts:
+        with pytest.raises(UserError) as error:
+            _check(cfg)
+        message = str(error.value)
+        assert message.startswith(f'{key}.in_channels is '), message
+        assert 'gives 4 maps of 192 channels' in message
+        assert 'nano 128, tiny 192, small 384' in message
+        fix = re.search(r'--cfg-options "(\S+)=(\S+)"$', message)
+        assert fix and fix.group(1) == f'{key}.in_channels', message
+        cfg.merge_from_dict({fix.group(1): eval(fix.group(2))})
+    _check(cfg)  # set as the messages said
+
+
+def test_a_neck_that_takes_fewer_maps_is_named():
+    cfg = Config.fromfile(str(REPO / 'configs' / FAMILIES[0][0]))
+    cfg.model.neck.in_channels = [128] * 3
+    with pytest.raises(UserError, match=re.escape(
+            '"model.neck.in_channels=[128,128,128,128]"')):
+        _check(cfg)
+
+
+def test_other_backbones_are_left_to_their_own_checks():
+    cfg = Config.fromfile(str(REPO / 'configs' / FAMILIES[0][0]))
+    cfg.model.backbone = dict(type='mmdet.ResNet', depth=50)
+    _check(cfg)

@@ -50,6 +50,8 @@ def test_config_builds_and_runs(path):
     dim = ARCH_SETTINGS[inner.backbone.arch]['embed_dim']
     head_in = inner.get('neck', inner.decode_head).in_channels
     assert head_in == [dim] * 4
+    # --auto-scale-lr works: the batch the recipe's lr was set for
+    assert cfg.auto_scale_lr == dict(enable=False, base_batch_size=16)
     init_default_scope('mmseg')
     model = MODELS.build(shrunk(inner))
     model.init_weights()
@@ -100,9 +102,13 @@ default_hooks = dict(logger=dict(interval=1),
 def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
     cfg = _config(tmp_path, tiny_ade20k)
     work = tmp_path / 'work'
-    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work)
+    # --auto-scale-lr as mmdet's tools take it: the recipe's 16 images, 2 here
+    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work,
+                         '--auto-scale-lr')
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
+    assert 'LR is set based on batch size of 16 and the current batch size ' \
+        'is 2. Scaling the original LR by 0.125.' in out
     assert re.search(r'Iter\(train\) \[4/4\].*loss: [\d.]+', out)
     for metric in ('aAcc', 'mIoU', 'mAcc'):
         assert re.search(rf'{metric}: [\d.]+', out), metric

@@ -14,6 +14,9 @@ custom_imports = dict(imports=['xcit_dense'], allow_failed_imports=False)
 crop_size = (512, 512)
 
 train_dataloader = dict(batch_size=2, num_workers=2)
+# the batch the lr was set for: `tools/train.py --auto-scale-lr` scales the lr
+# to a run's total batch (mmengine's Runner), as mmdet's recipes do
+auto_scale_lr = dict(enable=False, base_batch_size=16)
 
 # the recipes' `optim_wrapper` (replacing mmseg's); their backbone is
 # `xcit_backbone` of ../../_base_/xcit_backbone.py

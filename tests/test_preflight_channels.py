@@ -62,3 +62,20 @@ def test_other_backbones_are_left_to_their_own_checks():
     cfg = Config.fromfile(str(REPO / 'configs' / FAMILIES[0][0]))
     cfg.model.backbone = dict(type='mmdet.ResNet', depth=50)
     _check(cfg)
+
+
+def test_a_list_of_necks_is_named_as_cfg_options_names_it():
+    """mmdet's necks may be a list; the first takes the maps, and the
+    message's setting (``model.neck.0.in_channels``) is one mmengine's
+    ``--cfg-options`` applies."""
+    cfg = Config.fromfile(str(REPO / 'configs' / FAMILIES[0][0]))
+    cfg.model.neck = [cfg.model.neck]
+    cfg.model.backbone.arch = 'tiny_12_p16'
+    with pytest.raises(UserError) as error:
+        _check(cfg)
+    key, value = re.search(r'--cfg-options "(\S+)=(\S+)"$',
+                           str(error.value)).groups()
+    assert key == 'model.neck.0.in_channels'
+    cfg.merge_from_dict({key: eval(value)})
+    assert cfg.model.neck[0].in_channels == [192] * 4
+    _check(cfg)

@@ -101,14 +101,15 @@ def check_backbone(cfg) -> Optional[nn.Module]:
 
 def _consumers(model: Mapping) -> Iterator[Tuple[str, Mapping, bool]]:
     """The parts of a model config that take the backbone's maps: (the
-    key to set, its config, whether it takes every map). The neck where
-    there is one (the first of a list: mmdet's), else the heads: mmseg's
+    key to set, as ``--cfg-options`` names it, its config, whether it takes
+    every map). The neck where there is one (the first of a list: mmdet's),
+    else the heads: mmseg's
     decode and auxiliary heads (a map each, or those of ``in_index``),
     mmdet's Mask2Former ``panoptic_head`` (every map)."""
     neck = model.get('neck')
     if neck:
         if isinstance(neck, (list, tuple)):
-            yield 'model.neck[0]', neck[0], True
+            yield 'model.neck.0', neck[0], True
         else:
             yield 'model.neck', neck, True
         return
@@ -117,7 +118,7 @@ def _consumers(model: Mapping) -> Iterator[Tuple[str, Mapping, bool]]:
         listed = isinstance(heads, (list, tuple))
         for i, head in enumerate(heads if listed else [heads]):
             if isinstance(head, Mapping):
-                yield (f'model.{key}[{i}]' if listed else f'model.{key}',
+                yield (f'model.{key}.{i}' if listed else f'model.{key}',
                        head, key == 'panoptic_head')
 
 

@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 import torch.nn as nn
-from mmengine.config import Config
+from mmengine.config import Config, ConfigDict
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 
@@ -125,7 +125,6 @@ def test_optimizer_step_compiles():
     failed: "'UserDefinedDictVariable' object has no attribute 'items'"),
     and the compiled step updates as the eager one does."""
     compiled_model, eager_model = _tiny_detector(), _tiny_detector()
-    from mmengine.config import ConfigDict
     config = ConfigDict(  # as the runner passes cfg.optim_wrapper
         constructor='xcit_dense.NoDecayOptimWrapperConstructor',
         optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05))

@@ -116,9 +116,9 @@ def test_inference_normalises_inside_the_second_convolution(bn_args,
                                                             monkeypatch):
     """In eval mode without gradients the second convolution computes the
     norm's scale and shift from the running statistics itself (no
-    statistics kernel): the output of the launch it saves, bit for bit,
-    and the straightforward computation's; with gradients recorded, the
-    statistics kernel runs, as the backward needs its rows."""
+    statistics kernel), bit for bit what the path with that kernel gives,
+    and the straightforward computation's output; with gradients recorded
+    the statistics kernel runs, as the backward reads its rows."""
     statistics_of = lpi_kernels._statistics_of
     launched = []
     monkeypatch.setattr(lpi_kernels, '_statistics_of',

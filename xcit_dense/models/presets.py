@@ -21,6 +21,11 @@ ARCH_SETTINGS: Dict[str, dict] = {
     for patch in (16, 8)
 }
 DEFAULT_ARCH = 'small_12_p16'
+#: Strides of the four pyramid levels.
+OUT_STRIDES: Tuple[int, ...] = (4, 8, 16, 32)
+# Blocks tapped for the four pyramid levels (published detection configs).
+DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
+AUTOCAST_DTYPES = (None, 'bfloat16', 'float16')
 
 
 def preset_widths() -> str:
@@ -28,11 +33,6 @@ def preset_widths() -> str:
     192, ...'."""
     widths = {name.split('_')[0]: dim for name, (dim, *_) in _SIZES.items()}
     return ', '.join(f'{name} {dim}' for name, dim in widths.items())
-#: Strides of the four pyramid levels.
-OUT_STRIDES: Tuple[int, ...] = (4, 8, 16, 32)
-# Blocks tapped for the four pyramid levels (published detection configs).
-DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
-AUTOCAST_DTYPES = (None, 'bfloat16', 'float16')
 
 
 def resolve_arch(arch: Optional[str], **overrides) -> dict:

@@ -308,6 +308,90 @@ def test_fast_path_taken_only_where_written_for(monkeypatch):
     assert len(switched) == 1 + 1 + 4 * 4 + 2 and not any(switched)
 
 
+#: a module of each kind whose call a fast path computes itself
+HOOKED = ['patch_embed.proj.0.0', 'patch_embed.proj.0.1', 'patch_embed.proj.1',
+          'pos_embed.token_projection', 'blocks.1.norm1', 'blocks.1.attn',
+          'blocks.1.attn.qkv', 'blocks.1.attn.proj', 'blocks.1.local_mp',
+          'blocks.1.local_mp.conv1', 'blocks.1.local_mp.act',
+          'blocks.1.local_mp.bn', 'blocks.1.local_mp.conv2', 'blocks.1.mlp',
+          'blocks.1.mlp.fc1', 'blocks.1.mlp.act', 'blocks.1.mlp.fc2',
+          'fpn1.0', 'fpn1.1', 'fpn1.3', 'fpn2.0']
+
+
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+@pytest.mark.parametrize('name', HOOKED)
+def test_a_hook_is_called_on_every_call_of_its_module(name, mode):
+    """A forward hook on any module of the backbone (a feature
+    extractor's, Grad-CAM's, a FLOP counter's) is called as often, on
+    inputs of the same shapes, as in the straightforward computation, and
+    what it returns is that module's output: with a hook that halves it,
+    the model computes what the straightforward one computes with it."""
+    model = randomized()
+    shapes = []
+
+    def halve(module, args, output):
+        shapes.append(tuple(args[0].shape))
+        return 0.5 * output
+    model.get_submodule(name).register_forward_hook(halve)
+    outs = outputs(model, X, mode)
+    fast, shapes[:] = shapes[:], []
+    with fast_path(False):
+        refs = outputs(model, X, mode)
+    assert fast == shapes and shapes
+    assert_outputs_close(outs, refs)
+
+
+def test_hooks_turn_off_only_the_fast_paths_that_would_skip_them(
+        monkeypatch):
+    """A hook on block 1's ``qkv`` layer turns off the fast path of that
+    block's attention (which computes ``qkv``'s call itself), not the
+    others'; the other kinds of hooks are called as well: pre-hooks,
+    backward hooks, global ones, and ``weight_norm``'s pre-hook, which
+    recomputes the weight it normalises before each call."""
+    calls = []
+    original = second_moments.xca_matrix
+    monkeypatch.setattr(second_moments, 'xca_matrix',
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
+    model = randomized().eval()
+    handle = model.blocks[1].attn.qkv.register_forward_hook(
+        lambda *args: None)
+    with torch.no_grad():
+        model(X)
+        assert len(calls) == 3  # blocks 0, 2 and 3
+        handle.remove()
+        calls.clear()
+        model(X)
+        assert len(calls) == 4
+
+    seen = []
+    pre = model.blocks[2].mlp.fc2.register_forward_pre_hook(
+        lambda *args: seen.append('pre'))
+    back = model.blocks[2].local_mp.conv2.register_full_backward_hook(
+        lambda *args: seen.append('backward'))
+    outs = model.train()(X)
+    sum(o.sum() for o in outs).backward()
+    assert seen == ['pre', 'backward']
+    pre.remove(), back.remove()
+    called = {True: [], False: []}
+    for setting in called:
+        handle = nn.modules.module.register_module_forward_hook(
+            lambda module, args, output: called[setting].append(module))
+        try:
+            with torch.no_grad(), fast_path(setting):
+                model.eval()(X)
+        finally:
+            handle.remove()
+    assert called[True] == called[False]
+    assert sum(type(m) is nn.Linear for m in called[True]) == 4 * 4
+
+    from torch.nn.utils import weight_norm
+    with pytest.warns(FutureWarning):
+        fc1 = weight_norm(model.blocks[3].mlp.fc1)
+    with torch.no_grad():
+        fc1.weight_g.mul_(0.5)
+    assert_outputs_close(outputs(model, X, 'eval'), reference(model, X))
+
+
 def test_straightforward_paths_are_timms_arithmetic():
     """Without the fast path, the block and the stem compute exactly what
     timm's modules compute (the published design)."""

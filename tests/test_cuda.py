@@ -462,18 +462,28 @@ def test_cuda_graphs_auto_replays_what_recurs(no_tf32):
     """``cuda_graphs='auto'`` (the recipes'): on CUDA a training step's
     third call in a row at one size is captured and replayed, its outputs,
     gradients and BatchNorm statistics the eager steps', also after the
-    model changed; inference's third call too."""
+    model changed, and eagerly while a hook below is registered;
+    inference's third call too."""
     net = randomized(cuda_graphs='auto').cuda().train()
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
     x = torch.randn(2, 3, 64, 96, device='cuda')
     _same_steps(net, eager, [x] * 4)
     assert net.training_graphs.captures == 1
-    # a hook added: the graph launched before the look is dropped and its
-    # BatchNorm update undone; the new model is captured in its turn
+    # a module replaced: the graph launched before the look is dropped and
+    # its BatchNorm update undone; the new model is captured in its turn
     for model in (net, eager):
-        model.blocks[0].register_forward_hook(lambda *args: None)
+        model.blocks[0].drop_path1 = nn.Identity()
     _same_steps(net, eager, [x] * 4)
+    assert net.training_graphs.captures == 2
+    # a hook below: called on every step, which runs eagerly
+    calls = []
+    handles = [model.blocks[0].mlp.register_forward_hook(
+        lambda module, *args: calls.append(module)) for model in (net, eager)]
+    _same_steps(net, eager, [x] * 4)
+    for handle in handles:
+        handle.remove()
+    assert calls.count(net.blocks[0].mlp) == 4
     assert net.training_graphs.captures == 2
     with torch.no_grad():
         for _ in range(4):

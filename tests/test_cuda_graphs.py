@@ -14,7 +14,13 @@ import torch.nn as nn
 from xcit_dense import XCiT, fast_path
 from xcit_dense.models import cuda_graphs, policy
 
-from conftest import BROKEN_CAPTURE, broken_capture, logged, run_tool_here
+from conftest import (
+    BROKEN_CAPTURE,
+    STAND_IN_REPLAYS,
+    broken_capture,
+    logged,
+    run_tool_here,
+)
 
 X = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(0))
 
@@ -82,10 +88,10 @@ def test_one_capture_per_signature_then_replays(replays):
 
 
 def test_a_changed_model_is_captured_anew(replays, monkeypatch):
-    """A module replaced or wrapped, a hook (forward or backward), an
-    instance-level forward or other method, a plain attribute edited, a
-    parameter given new storage: each captures anew. In-place updates of
-    parameters are what a real replay reads, so they capture nothing."""
+    """A module replaced or wrapped, an instance-level forward or other
+    method, a plain attribute edited, a parameter given new storage: each
+    captures anew. In-place updates of parameters are what a real replay
+    reads, so they capture nothing."""
     monkeypatch.setattr(cuda_graphs, 'MAX_CHANGES', 100)  # a change a call
     net = model()
     infer(net)
@@ -93,8 +99,6 @@ def test_a_changed_model_is_captured_anew(replays, monkeypatch):
     changes = [
         lambda: setattr(block, 'mlp', copy.deepcopy(block.mlp)),
         lambda: setattr(block, 'local_mp', Wrapped(block.local_mp)),
-        lambda: block.attn.register_forward_hook(lambda *a: None),
-        lambda: block.attn.register_full_backward_pre_hook(lambda *a: None),
         lambda: setattr(block.mlp, 'forward', block.mlp.forward),
         lambda: setattr(net, '_forward_pyramid', net._forward_pyramid),
         lambda: setattr(block.local_mp.inner.act, 'approximate', 'tanh'),
@@ -120,6 +124,56 @@ def test_a_changed_model_is_captured_anew(replays, monkeypatch):
         held = {s.data_ptr() for g in net.graphs.graphs.values()
                 for s in g[-1][1]}
         assert set(old) <= held, i
+
+
+@pytest.mark.parametrize('register,called', [
+    (lambda m: m.blocks[0].attn.register_forward_hook, 1),
+    (lambda m: m.blocks[1].mlp.fc1.register_forward_pre_hook, 1),
+    (lambda m: m.fpn1[0].register_full_backward_hook, 0),  # no gradient
+    (lambda m: nn.modules.module.register_module_forward_hook, 100),
+], ids=['forward', 'pre', 'backward', 'global'])
+def test_hooks_below_the_model_run_it_eagerly(replays, register, called):
+    """A hook below the model (a feature extractor's forward hook, a
+    module's or a global one, or a backward hook) is called on every
+    forward: the model runs eagerly while it is registered (a replay would
+    not call it; the graph launched before the model is looked at has its
+    outputs dropped), and replays again once it is removed; the model's own
+    hooks are called around its forward, replayed or not."""
+    net = model()
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    for _ in range(3):
+        infer(net)
+    captures = net.graphs.captures
+    calls = []
+
+    def hook(*args):
+        if not STAND_IN_REPLAYS:  # a GPU's replay calls no Python
+            calls.append(1)
+    handle = register(net)(hook)
+    try:
+        net.cuda_graphs = False
+        infer(net)
+        per_forward, calls[:] = len(calls), []  # calls of one forward
+        net.cuda_graphs = True
+        for _ in range(4):
+            out = infer(net)
+    finally:
+        handle.remove()
+    assert per_forward == called or per_forward > called > 1
+    assert len(calls) == 4 * per_forward  # each forward eager
+    assert net.graphs.captures == captures
+    for o, ref in zip(out, infer(eager)):  # to rounding: the hooked part
+        torch.testing.assert_close(o, ref)  # computed the straightforward way
+    replayed = len(replays)
+    infer(net)
+    assert len(replays) > replayed  # (a capture first where registering
+    # the hook left an attribute: a full backward hook's flag)
+    own = net.register_forward_hook(lambda *args: calls.append(1))
+    calls.clear()
+    infer(net)
+    own.remove()
+    assert calls == [1] and len(replays) > replayed + 1
 
 
 def test_the_model_is_looked_at_while_the_last_graph_replays(

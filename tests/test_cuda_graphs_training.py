@@ -8,6 +8,7 @@ needs CUDA: tests/test_cuda.py."""
 import copy
 import logging
 import queue
+from functools import partial
 
 import pytest
 import torch
@@ -15,7 +16,13 @@ import torch
 from xcit_dense import XCiT
 from xcit_dense.models import cuda_graphs, policy
 
-from conftest import BROKEN_CAPTURE, broken_capture, logged, run_tool_here
+from conftest import (
+    BROKEN_CAPTURE,
+    STAND_IN_REPLAYS,
+    broken_capture,
+    logged,
+    run_tool_here,
+)
 
 X = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(0))
 
@@ -213,6 +220,18 @@ def test_only_train_graphs_training_steps(replays):
         XCiT('nano_12_p16', cuda_graphs='training')
 
 
+def captured_and_eager():
+    """A model whose training step was captured after 3 steps, an eager
+    one that took the same steps, and their optimizers."""
+    net, eager = model(), model(cuda_graphs=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
+    for _ in range(3):
+        for m, opt in zip((net, eager), opts):
+            step(m, opt)
+    assert net.training_graphs.captures == 1
+    return net, eager, opts
+
+
 def test_a_replaced_module_runs_as_written(replays):
     """A branch replaced after its step was captured runs through its own
     forward: the steps after the replacement are an eager model's with the
@@ -226,17 +245,43 @@ def test_a_replaced_module_runs_as_written(replays):
         def forward(self, *args):
             return 2 * self.inner(*args)
 
-    net, eager = model(), model(cuda_graphs=False)
-    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
-    for _ in range(3):
-        for m, opt in zip((net, eager), opts):
-            step(m, opt)
-    assert net.training_graphs.captures == 1
+    net, eager, opts = captured_and_eager()
     for m in (net, eager):
         m.blocks[1].mlp = Scaled(m.blocks[1].mlp)
     for i in range(3):
         same_steps(net, eager, opts)
     assert net.training_graphs.captures == 2
+
+
+def test_a_hook_below_runs_the_steps_eagerly(replays):
+    """A forward and a backward hook registered after the step was
+    captured (an activation and a gradient recorder, as Grad-CAM's) are
+    called on every step, which runs eagerly as an eager model's with the
+    same hooks, until they are removed; then the graph replays again."""
+    net, eager, opts = captured_and_eager()
+    seen = {net: [], eager: []}
+    handles = []
+    for m in (net, eager):
+        def record(*args, m=m, kind):
+            if not STAND_IN_REPLAYS:  # a GPU's replay calls no Python
+                seen[m].append(kind)
+        conv = m.blocks[2].local_mp.conv1
+        handles += [
+            conv.register_forward_hook(partial(record, kind='forward')),
+            conv.register_full_backward_hook(
+                partial(record, kind='backward'))]
+    launched = len(replays)
+    for _ in range(3):
+        same_steps(net, eager, opts)
+    assert seen[net] == seen[eager] == ['forward', 'backward'] * 3
+    assert net.training_graphs.captures == 1
+    assert len(replays) - launched <= 3  # launched, then dropped
+    for handle in handles:
+        handle.remove()
+    launched = len(replays)
+    for _ in range(4):  # captured anew (a full backward hook leaves a flag)
+        same_steps(net, eager, opts)
+    assert len(replays) > launched
 
 
 def test_auto_captures_steps_that_repeat_in_a_row(replays, monkeypatch):

@@ -137,9 +137,9 @@ def test_backbone_on_the_kernels_matches_the_straightforward_one(
 
 def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
                                                         monkeypatch):
-    """Live attention dropout, fp64, a subclass and ``fast_path=False``
-    take the straightforward computation; the qkv and proj layers are
-    called as they are (a replaced one runs)."""
+    """Live attention dropout, fp64, a subclass, ``fast_path=False`` and a
+    hook below take the straightforward computation; the qkv and proj
+    layers are called as they are (a replaced one runs)."""
     calls = []
     monkeypatch.setattr(xca.xca_kernels, 'attention',
                         lambda *a: calls.append(1) or straightforward(*a))
@@ -165,9 +165,11 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     assert not runs_kernels(Edited(32, num_heads=2))
 
     attn.qkv = nn.Sequential(attn.qkv)  # a wrapped layer runs as written
+    assert runs_kernels(attn)
     seen = []
     attn.qkv.register_forward_hook(lambda *_: seen.append(1))
-    assert runs_kernels(attn) and seen
+    # a hook below XCA: the straightforward computation, which calls it
+    assert not runs_kernels(attn) and seen
 
     model = randomized()
     calls.clear()

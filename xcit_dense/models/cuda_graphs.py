@@ -10,6 +10,8 @@ module's identity, class, attributes (their identities), hooks (forward and
 backward), every parameter's and buffer's identity and storage, and which
 parameters require gradients), so a module replaced, wrapped or edited, a
 parameter given new storage, or one frozen or unfrozen, is captured anew.
+A model with hooks below it (forward or backward, a module's or global)
+runs eagerly: a replay would not call them.
 That look takes the CPU a millisecond or two for XCiT-S12, so it is taken
 while the GPU replays the graph last used for the input: if the model
 changed since that graph's capture, its outputs are dropped (it reads only
@@ -190,6 +192,16 @@ def fingerprint(model: nn.Module
                       tuple(map(id, tensors)), tuple(map(_data_ptr, tensors)),
                       tuple(map(_requires_grad, tensors))))
     return tuple(parts), held
+
+
+def hooked_below(model_key: Tuple[Hashable, ...]) -> bool:
+    """:func:`.policy.hooked_below` of the model whose :func:`fingerprint`
+    is ``model_key``, read from it (the walk over the modules is taken
+    once, while the GPU replays): its modules' hook tables after the
+    model's own, and the global hooks. A replay would not call them: the
+    model then runs eagerly."""
+    return policy.global_hooks() or any(
+        any(part[3:3 + len(_HOOKS)]) for part in model_key[5:])
 
 
 def input_key(x: torch.Tensor) -> Tuple[Hashable, ...]:
@@ -455,6 +467,8 @@ class GraphedInference(_Graphs):
                   self._admits(inputs, self.recurrence, MAX_GRAPHS)):
             return forward(x)
         model_key, held = fingerprint(model)
+        if hooked_below(model_key):
+            return forward(x)  # the launched replay's outputs dropped
         key = (*inputs, model_key)
         # the last call's key, and the objects behind its identities
         last, self._last = self._last, (key, held)
@@ -703,6 +717,8 @@ class GraphedTraining(_Graphs):
                 return self._handed_on(key, outs)
             del outs
             self.graphs[latest].drop()
+        if hooked_below(model_key):
+            return forward(x)
         entry = self.graphs.get(key)
         if entry is None:
             if not recurrence.ready(inputs, model_key):

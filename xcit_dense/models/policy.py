@@ -42,6 +42,7 @@ from typing import Dict, FrozenSet, Iterator, Optional, Union
 import torch
 import torch.nn as nn
 from timm.layers import DropPath
+from torch.utils.module_tracker import ModuleTracker
 
 Setting = Union[bool, str]
 
@@ -227,8 +228,9 @@ def pays(part: str, device_type: str, compiling: bool) -> bool:
 def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
     """The fast path written for ``cls`` may run for ``module`` on input
     ``x``: not in a ``torch.jit`` trace, the switches allow it, ``module``
-    is an instance of exactly ``cls``, and (setting ``True``) the policy
-    says it pays on ``x``'s device in the current mode.
+    is an instance of exactly ``cls``, (setting ``True``) the policy says
+    it pays on ``x``'s device in the current mode, and no module below
+    ``module`` has hooks (:func:`hooked_below`).
 
     A trace records the straightforward computation, whatever the
     switches: the operators and the arithmetic of the published design,
@@ -241,8 +243,9 @@ def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
     setting = combined(SWITCHES.fast_path, module.use_fast_path)
     if setting is False or type(module) is not cls:
         return False
-    return setting == 'always' or pays(
-        cls.__name__, x.device.type, torch.compiler.is_compiling())
+    return (setting == 'always' or pays(
+        cls.__name__, x.device.type, torch.compiler.is_compiling())) and \
+        not hooked_below(module)
 
 
 def forced(module: nn.Module) -> bool:
@@ -285,11 +288,62 @@ def is_exact_gelu(module: nn.Module) -> bool:
     return type(module) is nn.GELU and module.approximate == 'none'
 
 
-def _hooked(module: nn.Module) -> bool:
-    """``module`` has forward hooks, its own or global."""
+#: PyTorch's tables of the hooks registered for every module's call
+#: (``nn.modules.module.register_module_forward_hook`` and the like; the
+#: same dicts for the whole process)
+_GLOBAL_HOOKS = (nn.modules.module._global_forward_hooks,
+                 nn.modules.module._global_forward_pre_hooks,
+                 nn.modules.module._global_backward_hooks,
+                 nn.modules.module._global_backward_pre_hooks)
+
+
+def global_hooks() -> bool:
+    """Hooks registered for every module's call, forward or backward,
+    other than those of PyTorch's ``ModuleTracker``, which note which
+    module runs (``torch.utils.flop_counter.FlopCounterMode`` attributes
+    its counts with them; a fast path's operators count for the module
+    whose fast path runs them)."""
+    return any(_GLOBAL_HOOKS) and any(
+        not isinstance(getattr(hook, '__self__', None), ModuleTracker)
+        for table in _GLOBAL_HOOKS for hook in table.values())
+
+
+def _own_hooks(module: nn.Module) -> bool:
+    """``module`` has hooks of its own, forward or backward."""
     return bool(module._forward_hooks or module._forward_pre_hooks or
-                nn.modules.module._global_forward_hooks or
-                nn.modules.module._global_forward_pre_hooks)
+                module._backward_hooks or module._backward_pre_hooks)
+
+
+def _hooked(module: nn.Module) -> bool:
+    """``module``'s call runs hooks, forward or backward, its own or
+    global."""
+    return _own_hooks(module) or global_hooks()
+
+
+def hooked_below(module: nn.Module) -> bool:
+    """A call of a module below ``module`` would run hooks, forward or
+    backward, its own or global ones (``module``'s own hooks do not count:
+    its call runs them). A fast path computes its children's calls itself,
+    so it runs only where there are none: with a hook below (a feature
+    extractor's, Grad-CAM's, a FLOP counter's, ``weight_norm``'s pre-hook
+    that recomputes the weight), the module runs its straightforward
+    computation, which calls each child. Below a child that is a part with
+    a fast path of its own (``use_fast_path``) that part decides, as it
+    does when it is called."""
+    if global_hooks():
+        return True
+    below = list(module._modules.values())  # a walk without generators:
+    while below:                            # this runs on every call
+        child = below.pop()
+        if child is not None:
+            if child._forward_hooks or child._forward_pre_hooks or \
+                    child._backward_hooks or child._backward_pre_hooks:
+                return True  # _own_hooks(child), inlined
+            children = child._modules
+            if children and getattr(type(child), 'use_fast_path',
+                                    None) is None:
+                below.extend(children.values())
+    return False
 
 
 def is_plain_linear(layer: nn.Module) -> bool:

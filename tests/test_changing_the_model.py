@@ -319,20 +319,28 @@ HOOKED = ['patch_embed.proj.0.0', 'patch_embed.proj.0.1', 'patch_embed.proj.1',
 
 
 @pytest.mark.parametrize('mode', ['eval', 'train'])
+@pytest.mark.parametrize('how', ['hook', 'forward'])
 @pytest.mark.parametrize('name', HOOKED)
-def test_a_hook_is_called_on_every_call_of_its_module(name, mode):
+def test_a_customised_call_runs_on_every_call_of_its_module(name, how,
+                                                           mode):
     """A forward hook on any module of the backbone (a feature
-    extractor's, Grad-CAM's, a FLOP counter's) is called as often, on
-    inputs of the same shapes, as in the straightforward computation, and
-    what it returns is that module's output: with a hook that halves it,
-    the model computes what the straightforward one computes with it."""
+    extractor's, Grad-CAM's, a FLOP counter's), or a ``forward`` set on
+    the instance, is called as often, on inputs of the same shapes, as in
+    the straightforward computation, and what it returns is that module's
+    output: with one that halves it, the model computes what the
+    straightforward one computes with it."""
     model = randomized()
+    module = model.get_submodule(name)
     shapes = []
 
     def halve(module, args, output):
         shapes.append(tuple(args[0].shape))
         return 0.5 * output
-    model.get_submodule(name).register_forward_hook(halve)
+    if how == 'hook':
+        module.register_forward_hook(halve)
+    else:
+        forward = module.forward
+        module.forward = lambda *args: halve(module, args, forward(*args))
     outs = outputs(model, X, mode)
     fast, shapes[:] = shapes[:], []
     with fast_path(False):
@@ -390,6 +398,35 @@ def test_hooks_turn_off_only_the_fast_paths_that_would_skip_them(
     with torch.no_grad():
         fc1.weight_g.mul_(0.5)
     assert_outputs_close(outputs(model, X, 'eval'), reference(model, X))
+
+
+@pytest.mark.filterwarnings('ignore:torch.utils.checkpoint. the use_reentrant')
+def test_mmengines_activation_checkpointing_of_a_branch_checkpoints_it(
+        monkeypatch):
+    """mmengine's ``activation_checkpointing = ['backbone.blocks.1.mlp',
+    ...]`` sets a checkpointing ``forward`` on those modules: each is
+    checkpointed on every step (the block and LPI's own fast paths leave
+    those calls to them), with the gradients of the straightforward
+    computation."""
+    from mmengine.runner import activation_checkpointing
+    calls = []
+    checkpoint = activation_checkpointing.checkpoint
+    monkeypatch.setattr(
+        activation_checkpointing, 'checkpoint',
+        lambda fn, *args: calls.append(1) or checkpoint(fn, *args))
+    model = randomized().train()
+    ref = copy.deepcopy(model)
+    activation_checkpointing.turn_on_activation_checkpointing(
+        model, ['blocks.1.mlp', 'blocks.2.local_mp.conv1', 'fpn1'])
+    grads = []
+    for m, setting in ((model, True), (ref, False)):
+        with fast_path(setting):
+            outs = m(X)
+        sum((o * o).mean() for o in outs).backward()
+        grads.append([p.grad for p in m.parameters()])
+    assert len(calls) == 3
+    for grad, ref_grad in zip(*grads):
+        torch.testing.assert_close(grad, ref_grad, rtol=1e-4, atol=1e-5)
 
 
 def test_straightforward_paths_are_timms_arithmetic():

@@ -230,7 +230,8 @@ def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
     ``x``: not in a ``torch.jit`` trace, the switches allow it, ``module``
     is an instance of exactly ``cls``, (setting ``True``) the policy says
     it pays on ``x``'s device in the current mode, and no module below
-    ``module`` has hooks (:func:`hooked_below`).
+    ``module`` is customised (:func:`customised_below`: hooks, an
+    instance-level ``forward``).
 
     A trace records the straightforward computation, whatever the
     switches: the operators and the arithmetic of the published design,
@@ -245,7 +246,7 @@ def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
         return False
     return (setting == 'always' or pays(
         cls.__name__, x.device.type, torch.compiler.is_compiling())) and \
-        not hooked_below(module)
+        not customised_below(module)
 
 
 def forced(module: nn.Module) -> bool:
@@ -308,58 +309,63 @@ def global_hooks() -> bool:
         for table in _GLOBAL_HOOKS for hook in table.values())
 
 
-def _own_hooks(module: nn.Module) -> bool:
-    """``module`` has hooks of its own, forward or backward."""
+def _customised(module: nn.Module) -> bool:
+    """``module``'s call is customised: hooks, forward or backward, its own
+    or global, or a ``forward`` set on the instance."""
     return bool(module._forward_hooks or module._forward_pre_hooks or
-                module._backward_hooks or module._backward_pre_hooks)
+                module._backward_hooks or module._backward_pre_hooks or
+                'forward' in module.__dict__) or global_hooks()
 
 
-def _hooked(module: nn.Module) -> bool:
-    """``module``'s call runs hooks, forward or backward, its own or
-    global."""
-    return _own_hooks(module) or global_hooks()
+def customised_below(module: nn.Module) -> bool:
+    """The call of a module below ``module`` is customised (``module``'s
+    own call runs as customised): it has hooks, forward or backward, its
+    own or global (a feature extractor's, Grad-CAM's, a FLOP counter's,
+    ``weight_norm``'s pre-hook that recomputes the weight), or a
+    ``forward`` set on the instance (mmengine's ``activation_checkpointing``
+    and ``efficient_conv_bn_eval`` set one, as may a researcher). A fast
+    path computes its children's calls itself, so it runs only where none
+    is customised; else the module runs its straightforward computation,
+    which calls each child. Below a child that is a part with a fast path
+    of its own (``use_fast_path``) that part decides, as it does when it is
+    called."""
+    return bool(any(_GLOBAL_HOOKS) and global_hooks()) or \
+        _customised_children(module)
 
 
-def hooked_below(module: nn.Module) -> bool:
-    """A call of a module below ``module`` would run hooks, forward or
-    backward, its own or global ones (``module``'s own hooks do not count:
-    its call runs them). A fast path computes its children's calls itself,
-    so it runs only where there are none: with a hook below (a feature
-    extractor's, Grad-CAM's, a FLOP counter's, ``weight_norm``'s pre-hook
-    that recomputes the weight), the module runs its straightforward
-    computation, which calls each child. Below a child that is a part with
-    a fast path of its own (``use_fast_path``) that part decides, as it
-    does when it is called."""
-    if global_hooks():
-        return True
-    below = list(module._modules.values())  # a walk without generators:
-    while below:                            # this runs on every call
-        child = below.pop()
-        if child is not None:
-            if child._forward_hooks or child._forward_pre_hooks or \
-                    child._backward_hooks or child._backward_pre_hooks:
-                return True  # _own_hooks(child), inlined
-            children = child._modules
-            if children and getattr(type(child), 'use_fast_path',
-                                    None) is None:
-                below.extend(children.values())
+def _customised_children(module: nn.Module) -> bool:
+    """:func:`customised_below` without the global hooks (this runs on
+    every call of a part: the modules' ``__dict__`` read directly)."""
+    for child in module._modules.values():
+        if child is None:
+            continue
+        d = child.__dict__
+        if d['_forward_hooks'] or d['_forward_pre_hooks'] or \
+                d['_backward_hooks'] or d['_backward_pre_hooks'] or \
+                'forward' in d:
+            return True
+        if d['_modules'] and \
+                getattr(type(child), 'use_fast_path', None) is None and \
+                _customised_children(child):
+            return True
     return False
 
 
 def is_plain_linear(layer: nn.Module) -> bool:
-    """Exactly an ``nn.Linear`` with no forward hooks, its own or global:
-    ``F.linear`` of its weights computes its call."""
-    return type(layer) is nn.Linear and not _hooked(layer)
+    """Exactly an ``nn.Linear`` whose call is not customised (hooks, an
+    instance-level ``forward``): ``F.linear`` of its weights computes it."""
+    return type(layer) is nn.Linear and not _customised(layer)
 
 
 def is_plain_layer_norm(norm: nn.Module, channels: int) -> bool:
     """Exactly an ``nn.LayerNorm`` over the last dimension of ``channels``,
-    with weight and bias, and no forward hooks: ``F.layer_norm`` of its
-    parameters computes its call."""
+    with weight and bias, whose call is not customised (hooks, an
+    instance-level ``forward``): ``F.layer_norm`` of its parameters
+    computes it."""
     return type(norm) is nn.LayerNorm and \
         tuple(norm.normalized_shape) == (channels,) and \
         norm.weight is not None and norm.bias is not None and \
-        not _hooked(norm)
+        not _customised(norm)
 
 
 def is_plain_conv(conv: nn.Module) -> bool:

@@ -429,6 +429,23 @@ def test_mmengines_activation_checkpointing_of_a_branch_checkpoints_it(
         torch.testing.assert_close(grad, ref_grad, rtol=1e-4, atol=1e-5)
 
 
+def test_mmengines_efficient_conv_bn_eval_of_the_stem_runs_it(monkeypatch):
+    """mmengine's ``efficient_conv_bn_eval = ['backbone.patch_embed.proj']``
+    sets the forward of an FX trace on the stem's layers: its conv-BN
+    pairs run through mmengine's function on every call (the stem's own
+    fast path leaves them to it), with the straightforward outputs."""
+    from mmengine.model import efficient_conv_bn_eval as ecbe
+    calls = []
+    fused = ecbe.efficient_conv_bn_eval_forward
+    monkeypatch.setattr(ecbe, 'efficient_conv_bn_eval_forward',
+                        lambda *args: calls.append(1) or fused(*args))
+    model = randomized()
+    ref = copy.deepcopy(model)
+    ecbe.turn_on_efficient_conv_bn_eval(model, ['patch_embed.proj'])
+    assert_outputs_close(outputs(model, X, 'eval'), reference(ref.eval(), X))
+    assert len(calls) == 4  # the stem's four conv-BN pairs
+
+
 def test_straightforward_paths_are_timms_arithmetic():
     """Without the fast path, the block and the stem compute exactly what
     timm's modules compute (the published design)."""

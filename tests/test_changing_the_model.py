@@ -354,8 +354,9 @@ def test_hooks_turn_off_only_the_fast_paths_that_would_skip_them(
     """A hook on block 1's ``qkv`` layer turns off the fast path of that
     block's attention (which computes ``qkv``'s call itself), not the
     others'; the other kinds of hooks are called as well: pre-hooks,
-    backward hooks, global ones, and ``weight_norm``'s pre-hook, which
-    recomputes the weight it normalises before each call."""
+    backward hooks, global ones, and the pre-hooks of ``weight_norm`` and
+    of ``torch.nn.utils.prune``, which recompute the weight before each
+    call."""
     calls = []
     original = second_moments.xca_matrix
     monkeypatch.setattr(second_moments, 'xca_matrix',
@@ -392,11 +393,14 @@ def test_hooks_turn_off_only_the_fast_paths_that_would_skip_them(
     assert called[True] == called[False]
     assert sum(type(m) is nn.Linear for m in called[True]) == 4 * 4
 
-    from torch.nn.utils import weight_norm
+    from torch.nn.utils import prune, weight_norm
     with pytest.warns(FutureWarning):
         fc1 = weight_norm(model.blocks[3].mlp.fc1)
-    with torch.no_grad():
+    conv = prune.l1_unstructured(model.blocks[2].local_mp.conv1, 'weight',
+                                 amount=0.5)
+    with torch.no_grad():  # as an optimizer's step moves them
         fc1.weight_g.mul_(0.5)
+        conv.weight_orig.mul_(2)
     assert_outputs_close(outputs(model, X, 'eval'), reference(model, X))
 
 

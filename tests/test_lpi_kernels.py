@@ -162,6 +162,21 @@ def test_kernels_keep_batchnorm_as_its_forward_does(bn_args):
         compare(y, 4, 5, list(branch(24, **bn_args)), training, steps=2)
 
 
+def test_kernels_keep_mmengines_batchnorm_in_place_of_syncbn():
+    """mmengine's runner, not distributed, reverts SyncBN to its
+    ``_BatchNormXd``: the kernels normalise and update it as its forward
+    does."""
+    from mmengine.model import revert_sync_batchnorm
+    torch.manual_seed(0)
+    y = torch.randn(2, 20, 24)
+    conv1, bn, conv2 = branch(24)
+    synced = nn.SyncBatchNorm(24)
+    synced.load_state_dict(bn.state_dict())
+    wrapper = revert_sync_batchnorm(nn.Sequential(synced))
+    for training in (True, False):
+        compare(y, 4, 5, [conv1, wrapper[0], conv2], training, steps=2)
+
+
 def sync_batch(seed=3):
     """Tokens, residual and output gradient of a batch of 4 on a 4 x 5
     grid of 24 channels."""
@@ -314,7 +329,8 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
                                                         monkeypatch):
     """Another norm, another activation, a convolution of another shape,
     fp64, a subclass and ``fast_path=False`` take the straightforward
-    computation; SyncBN takes the kernels."""
+    computation; SyncBN takes the kernels, and so does the BatchNorm that
+    mmengine's runner puts in its place in one process."""
     calls = []
     monkeypatch.setattr(lpi.lpi_kernels, 'local_interaction',
                         lambda y, H, W, c1, bn, c2, *_, **__:
@@ -346,6 +362,11 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     synced = copy.deepcopy(module)
     synced.bn = nn.SyncBatchNorm(32)
     assert runs_kernels(synced.eval())
+    # what mmengine's runner makes of SyncBN in one process
+    from mmengine.model import revert_sync_batchnorm
+    reverted = revert_sync_batchnorm(copy.deepcopy(synced))
+    assert type(reverted.bn).__name__ == '_BatchNormXd'
+    assert runs_kernels(reverted.eval()) and runs_kernels(reverted.train())
 
     class Edited(lpi.LPI):
         pass

@@ -6,6 +6,7 @@ from typing import Optional, Type
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
+from mmengine.model.utils import _BatchNormXd
 from timm.models.xcit import LPI as TimmLPI
 
 from . import policy
@@ -13,6 +14,12 @@ from .ops import layer_norm_kernels, lpi_kernels, onednn
 from .ops.folding import fold_scale
 
 CHANNELS_LAST, KERNELS = 'channels last', 'kernels'
+
+#: The norms LPI's kernels compute: ``nn.BatchNorm2d``, ``nn.SyncBatchNorm``
+#: and mmengine's ``_BatchNormXd``, which mmengine's runner (not distributed)
+#: and ``revert_sync_batchnorm`` put in place of SyncBN: ``_BatchNorm``'s
+#: forward without the check of the input's dimensions.
+BATCH_NORMS = (nn.BatchNorm2d, nn.SyncBatchNorm, _BatchNormXd)
 
 
 class LPI(TimmLPI):
@@ -36,7 +43,9 @@ class LPI(TimmLPI):
       convolutions, exact GELU and ``nn.BatchNorm2d`` or
       ``nn.SyncBatchNorm`` (batch statistics, synchronised across
       processes for SyncBN, and running averages as the norm's own forward
-      keeps them) in fp32, fp16 and bf16.
+      keeps them) in fp32, fp16 and bf16; also mmengine's BatchNorm that
+      its runner puts in place of SyncBN in one process
+      (:data:`BATCH_NORMS`).
     """
     use_fast_path = True
 
@@ -88,7 +97,7 @@ class LPI(TimmLPI):
     def _kernels_apply(self, x: torch.Tensor) -> bool:
         """The Triton kernels compute this module on ``x``: depth-wise 3x3
         convolutions of stride 1 and padding 1 on its channels, exact GELU,
-        ``nn.BatchNorm2d`` or ``nn.SyncBatchNorm`` (with more than one value
+        one of :data:`BATCH_NORMS` (with more than one value
         per channel to normalise in training, else its own error is
         raised), a dtype the kernels are written for, and kernels that
         compile and run for it (:func:`.lpi_kernels.works`)."""
@@ -101,7 +110,7 @@ class LPI(TimmLPI):
                 c.stride == (1, 1) and c.padding == (1, 1)
                 for c in (self.conv1, self.conv2)) and \
             policy.is_exact_gelu(self.act) and \
-            type(bn) in (nn.BatchNorm2d, nn.SyncBatchNorm) and \
+            type(bn) in BATCH_NORMS and \
             bn.num_features == C and \
             not ((bn.training or bn.running_mean is None) and B * N == 1) and \
             lpi_kernels.works(x.device, dtype, bn, x.dtype)

@@ -195,10 +195,11 @@ def fingerprint(model: nn.Module
 
 
 def hooked_below(model_key: Tuple[Hashable, ...]) -> bool:
-    """:func:`.policy.hooked_below` of the model whose :func:`fingerprint`
-    is ``model_key``, read from it (the walk over the modules is taken
-    once, while the GPU replays): its modules' hook tables after the
-    model's own, and the global hooks. A replay would not call them: the
+    """A module below the model whose :func:`fingerprint` is
+    ``model_key`` has hooks, or global hooks are registered
+    (:func:`.policy.global_hooks`): read from the fingerprint (its walk
+    over the modules is taken once, while the GPU replays), the modules'
+    hook tables after the model's own. A replay would not call them: the
     model then runs eagerly."""
     return policy.global_hooks() or any(
         any(part[3:3 + len(_HOOKS)]) for part in model_key[5:])

@@ -309,12 +309,18 @@ def global_hooks() -> bool:
         for table in _GLOBAL_HOOKS for hook in table.values())
 
 
+def _customised_call(d: dict) -> bool:
+    """The module whose ``__dict__`` is ``d`` has hooks of its own, forward
+    or backward, or a ``forward`` set on the instance."""
+    return bool(d['_forward_hooks'] or d['_forward_pre_hooks'] or
+                d['_backward_hooks'] or d['_backward_pre_hooks'] or
+                'forward' in d)
+
+
 def _customised(module: nn.Module) -> bool:
-    """``module``'s call is customised: hooks, forward or backward, its own
-    or global, or a ``forward`` set on the instance."""
-    return bool(module._forward_hooks or module._forward_pre_hooks or
-                module._backward_hooks or module._backward_pre_hooks or
-                'forward' in module.__dict__) or global_hooks()
+    """``module``'s call is customised: its own hooks or ``forward``
+    (:func:`_customised_call`), or global hooks."""
+    return _customised_call(module.__dict__) or global_hooks()
 
 
 def customised_below(module: nn.Module) -> bool:
@@ -329,8 +335,7 @@ def customised_below(module: nn.Module) -> bool:
     which calls each child. Below a child that is a part with a fast path
     of its own (``use_fast_path``) that part decides, as it does when it is
     called."""
-    return bool(any(_GLOBAL_HOOKS) and global_hooks()) or \
-        _customised_children(module)
+    return global_hooks() or _customised_children(module)
 
 
 def _customised_children(module: nn.Module) -> bool:
@@ -340,9 +345,7 @@ def _customised_children(module: nn.Module) -> bool:
         if child is None:
             continue
         d = child.__dict__
-        if d['_forward_hooks'] or d['_forward_pre_hooks'] or \
-                d['_backward_hooks'] or d['_backward_pre_hooks'] or \
-                'forward' in d:
+        if _customised_call(d):
             return True
         if d['_modules'] and \
                 getattr(type(child), 'use_fast_path', None) is None and \

@@ -136,9 +136,10 @@ def test_hooks_below_the_model_run_it_eagerly(replays, register, called):
     """A hook below the model (a feature extractor's forward hook, a
     module's or a global one, or a backward hook) is called on every
     forward: the model runs eagerly while it is registered (a replay would
-    not call it; the graph launched before the model is looked at has its
-    outputs dropped), and replays again once it is removed; the model's own
-    hooks are called around its forward, replayed or not."""
+    not call it; the graph launched before the first look found it has its
+    outputs dropped, and none is launched while it stays), and replays
+    again once it is removed; the model's own hooks are called around its
+    forward, replayed or not."""
     net = model()
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
@@ -156,6 +157,7 @@ def test_hooks_below_the_model_run_it_eagerly(replays, register, called):
         infer(net)
         per_forward, calls[:] = len(calls), []  # calls of one forward
         net.cuda_graphs = True
+        replayed = len(replays)
         for _ in range(4):
             out = infer(net)
     finally:
@@ -163,6 +165,9 @@ def test_hooks_below_the_model_run_it_eagerly(replays, register, called):
     assert per_forward == called or per_forward > called > 1
     assert len(calls) == 4 * per_forward  # each forward eager
     assert net.graphs.captures == captures
+    # a replay launched (and dropped) before the first look found the
+    # hook; none after it while the hook stays
+    assert len(replays) - replayed == 1
     for o, ref in zip(out, infer(eager)):  # to rounding: the hooked part
         torch.testing.assert_close(o, ref)  # computed the straightforward way
     replayed = len(replays)

@@ -11,7 +11,8 @@ backward), every parameter's and buffer's identity and storage, and which
 parameters require gradients), so a module replaced, wrapped or edited, a
 parameter given new storage, or one frozen or unfrozen, is captured anew.
 A model with hooks below it (forward or backward, a module's or global)
-runs eagerly: a replay would not call them.
+runs eagerly: a replay would not call them (once a look has found them, the
+model is looked at before a replay is launched, until they are gone).
 That look takes the CPU a millisecond or two for XCiT-S12, so it is taken
 while the GPU replays the graph last used for the input: if the model
 changed since that graph's capture, its outputs are dropped (it reads only
@@ -446,6 +447,7 @@ class GraphedInference(_Graphs):
         self._last: Optional[tuple] = None  # the last call's key, held
         self._changes = 0  # calls in a row the model changed at one input
         self.recurrence = Recurrence(in_a_row=False)
+        self.hooked = False  # the last look found hooks below the model
 
     def __call__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs],
@@ -461,15 +463,17 @@ class GraphedInference(_Graphs):
             return forward(x)
         inputs = input_key(x)
         self.recurrence.count(inputs)  # every call (:meth:`_least_used`)
-        launched = self._latest_for(inputs)
+        # while hooks were found, the model is looked at before a replay
+        launched = None if self.hooked else self._latest_for(inputs)
         if launched is not None:
             self._replay(self.graphs[launched], x)
         elif not ((not auto or self.recurrence.looks(inputs)) and
                   self._admits(inputs, self.recurrence, MAX_GRAPHS)):
             return forward(x)
         model_key, held = fingerprint(model)
-        if hooked_below(model_key):
-            return forward(x)  # the launched replay's outputs dropped
+        self.hooked = hooked_below(model_key)
+        if self.hooked:
+            return forward(x)  # a launched replay's outputs dropped
         key = (*inputs, model_key)
         # the last call's key, and the objects behind its identities
         last, self._last = self._last, (key, held)
@@ -689,6 +693,7 @@ class GraphedTraining(_Graphs):
         # the inputs counted under 'auto' (in a row) and under 'train'
         self.recurrence = Recurrence(in_a_row=True)
         self.repeats = Recurrence(in_a_row=False)
+        self.hooked = False  # the last look found hooks below the model
 
     def __call__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs],
@@ -708,7 +713,9 @@ class GraphedTraining(_Graphs):
             return forward(x)
         if self._backward_to_come():
             return forward(x)
-        launched = latest is not None and self.graphs[latest].trusted
+        # while hooks were found, the model is looked at before a replay
+        launched = latest is not None and self.graphs[latest].trusted and \
+            not self.hooked
         if launched:
             outs = self.graphs[latest].launch(x)
         model_key, held = fingerprint(model)
@@ -718,7 +725,8 @@ class GraphedTraining(_Graphs):
                 return self._handed_on(key, outs)
             del outs
             self.graphs[latest].drop()
-        if hooked_below(model_key):
+        self.hooked = hooked_below(model_key)
+        if self.hooked:
             return forward(x)
         entry = self.graphs.get(key)
         if entry is None:

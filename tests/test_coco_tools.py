@@ -1,6 +1,7 @@
 """tools/ on the embedded COCO demo: training with evaluation, resuming,
 testing, drawing, and clear errors on bad input (two-process training:
 test_interruptions.py)."""
+import collections
 import pickle
 import re
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from xcit_dense import XCiT
+from xcit_dense.models import policy
 
 from conftest import NARROW_MASK_RCNN, REPO, run_tool_here  # noqa: I100
 
@@ -51,13 +53,19 @@ def trained(tmp_path_factory, tiny_coco):
                   "type='EMAHook', ema_type='ExpMomentumEMA', "
                   "momentum=0.5, priority=49)]")
     work = tmp / 'work'
-    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work)
+    looks = collections.Counter()  # (part, customised below it), per call
+    customised_below = policy.customised_below
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(policy, 'customised_below', lambda module: looks.update(
+            [(type(module).__name__, customised_below(module))]) or
+            customised_below(module))
+        proc = run_tool_here('tools/train.py', cfg, '--work-dir', work)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return cfg, work, proc.stdout + proc.stderr
+    return cfg, work, proc.stdout + proc.stderr, looks
 
 
 def test_train_logs_progress_and_coco_metrics(trained):
-    _, work, out = trained
+    _, work, out, _ = trained
     assert re.search(r'Iter\(train\) \[4/4\].*eta: .*loss: [\d.]+', out)
     assert 'loss_mask' in out
     assert re.search(r'coco/bbox_mAP: [\d.]+', out)
@@ -68,8 +76,19 @@ def test_train_logs_progress_and_coco_metrics(trained):
         'module.backbone.patch_embed.proj.0.0.weight'}
 
 
+def test_the_runner_customises_no_call_below_a_part(trained):
+    """mmengine's runner, with EMAHook, mmdet's detector and evaluation
+    registers no hook nor instance ``forward`` below the backbone's parts:
+    every part took its fast path in training and validation."""
+    looks = trained[3]
+    assert {part for part, _ in looks} == {
+        'ConvPatchEmbed', 'CachedFourierEncoding', 'XCABlock', 'XCA', 'LPI',
+        'Mlp', 'TransposedConvUpsampler'}
+    assert not any(customised for _, customised in looks), looks
+
+
 def test_resume_continues_with_same_state(trained, tmp_path):
-    cfg, work, _ = trained
+    cfg, work, *_ = trained
     ckpt = torch.load(work / 'iter_2.pth', weights_only=True)  # the default
     assert ckpt['meta']['iter'] == 2
     # In-process: resuming restores the iteration and the optimizer state.
@@ -106,7 +125,7 @@ def test_test_tool_writes_predictions_and_drawings(trained, tmp_path,
                                                    windows):
     """--out, --show-dir and --show (a window per image, here a stand-in
     for a display) together, as in mmdet's tools/test.py."""
-    cfg, work, _ = trained
+    cfg, work, *_ = trained
     out_pkl, show = tmp_path / 'preds.pkl', 'shown'
     proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
                          '--work-dir', tmp_path, '--out', out_pkl,
@@ -126,7 +145,7 @@ def test_show_without_a_display_fails_cleanly(trained, tmp_path):
     """--show where matplotlib can open no window (no display: its backend
     writes files) is refused before the test, not left waiting unseen."""
     import matplotlib.pyplot as plt
-    cfg, work, _ = trained
+    cfg, work, *_ = trained
     before = plt.get_backend()
     plt.switch_backend('agg')
     try:
@@ -148,7 +167,7 @@ def test_show_without_a_display_fails_cleanly(trained, tmp_path):
 
 
 def test_demo_tool_draws(trained, tiny_coco, tmp_path):
-    cfg, work, _ = trained
+    cfg, work, *_ = trained
     image = next((tiny_coco / 'val').glob('*.png'))
     out = tmp_path / 'vis' / 'result.jpg'
     # the names of mmseg's and mmdet 3's demo/image_demo.py
@@ -167,7 +186,7 @@ def test_demo_tool_draws_every_image_of_a_folder(trained, tiny_coco,
     stand-in display here); other files skipped; an --out that is a file,
     or a folder without images, is one paragraph."""
     import shutil
-    cfg, work, _ = trained
+    cfg, work, *_ = trained
     folder = tmp_path / 'images'
     shutil.copytree(tiny_coco / 'val', folder)
     (folder / 'notes.txt').write_text('not an image')
@@ -200,7 +219,7 @@ def test_demo_tool_draws_every_image_of_a_folder(trained, tiny_coco,
 
 
 def test_demo_tool_refuses_what_is_no_image(trained, tmp_path):
-    cfg, work, _ = trained
+    cfg, work, *_ = trained
     not_image = tmp_path / 'notes.png'
     not_image.write_text('not an image')
     for image, message in [(tmp_path / 'missing.png', 'Image not found'),

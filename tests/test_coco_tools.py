@@ -276,7 +276,8 @@ def test_launcher_that_did_not_start_the_process_fails_cleanly(
 
 @pytest.mark.parametrize('case', ['data_root', 'ann_file', 'arch',
                                   'drop_path_rate', 'unknown', 'truncated',
-                                  'prefix', 'shapes', 'channels'])
+                                  'prefix', 'shapes', 'channels', 'traced',
+                                  'transposed'])
 def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
     work = tmp_path / 'work'
     options = {
@@ -286,6 +287,9 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
         'drop_path_rate': ['model.backbone.drop_path_rate=1.5'],
         'unknown': ['model.backbone.drop_path=0.1'],
         'channels': ['model.backbone.arch=tiny_12_p16'],  # the neck as was
+        # mmengine's conv-BN fusion of modules it traces with torch.fx
+        'traced': ["efficient_conv_bn_eval=['backbone']"],
+        'transposed': ["efficient_conv_bn_eval=['backbone.fpn1']"],
     }.get(case, [])
     extra = ''
     if case == 'truncated':
@@ -330,6 +334,12 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
         'channels': [r'model\.neck\.in_channels is \[128, 128, 128, 128\]'
                      r', but the backbone \(model\.backbone\) gives 4 maps '
                      r'of 192 channels'],
+        'traced': [r"efficient_conv_bn_eval names 'backbone', but mmengine "
+                   r'traces it with torch\.fx, which cannot \(TraceError',
+                   r"efficient_conv_bn_eval=\['backbone\.patch_embed\.proj'"],
+        'transposed': [r'computes nothing for the transposed convolution '
+                       r'backbone\.fpn1\.0 followed by BatchNorm '
+                       r'backbone\.fpn1\.1'],
         'shapes': [r'mean_teacher\.pth cannot initialise the backbone',
                    r'patch_embed\.proj\.0\.0\.weight: checkpoint '
                    r'\(24, 3, 3, 3\) vs model \(16, 3, 3, 3\)'],

@@ -154,6 +154,64 @@ def check_channels(cfg, backbone: Optional[nn.Module]) -> None:
             f'{str(expected).replace(" ", "")}"')
 
 
+def check_traced(cfg, backbone: Optional[nn.Module]) -> None:
+    """mmengine's ``efficient_conv_bn_eval = [...]`` traces each module it
+    names with ``torch.fx`` when training starts, and the run ends in
+    fx's traceback where a module cannot be traced: the XCiT backbone and
+    its blocks check their input and choose their computation at run
+    time. Each name inside the backbone is traced here, on the meta-device
+    ``backbone``, first."""
+    names = cfg.get('efficient_conv_bn_eval')
+    if backbone is None or not names:
+        return
+    import torch.fx
+    for name in [names] if isinstance(names, str) else names:
+        if name != 'backbone' and not name.startswith('backbone.'):
+            continue  # another part's: mmengine's and mmdet's to answer
+        try:
+            traced = torch.fx.symbolic_trace(backbone.get_submodule(name[9:]))
+            problem = _transposed_then_normalised(traced, name)
+        except AttributeError:
+            problem = 'the backbone has no such module'
+        except Exception as e:  # fx's own errors
+            problem = (f'mmengine traces it with torch.fx, which cannot '
+                       f'({type(e).__name__}: {e}): XCiT and its blocks '
+                       f'check their input and choose their computation '
+                       f'at run time')
+        if problem is None:
+            continue
+        raise UserError(
+            f'efficient_conv_bn_eval names {name!r}, but {problem}. Name '
+            f'the stem\'s convolutions and BatchNorms instead, '
+            f'efficient_conv_bn_eval=[\'backbone.patch_embed.proj\'], or '
+            f'leave the backbone out: in eval mode its stem and pyramid '
+            f'fold BatchNorm into their convolutions themselves (off CUDA\'s '
+            f'eager path).')
+
+
+def _transposed_then_normalised(traced, name: str) -> Optional[str]:
+    """Where ``traced`` (the module ``name``) has a transposed convolution
+    followed by BatchNorm (the pyramid's up-samplers), which mmengine's
+    ``efficient_conv_bn_eval`` fuses wrongly (its fused function calls the
+    convolution's ``_conv_forward``, which a transposed one does not
+    implement: it returns None), the reason; else None."""
+    modules = dict(traced.named_modules())
+    for node in traced.graph.nodes:
+        source = node.args[0] if node.args else None
+        if node.op == 'call_module' and isinstance(
+                modules[node.target], nn.modules.batchnorm._BatchNorm) and \
+                getattr(source, 'op', None) == 'call_module' and \
+                isinstance(modules[source.target],
+                           nn.modules.conv._ConvTransposeNd):
+            return (f'mmengine\'s fusion of a convolution and its BatchNorm '
+                    f'computes nothing for the transposed convolution '
+                    f'{name}.{source.target} followed by BatchNorm '
+                    f'{name}.{node.target} (it calls _conv_forward, which '
+                    f'transposed convolutions do not implement), and the '
+                    f'first validation would end in a TypeError')
+    return None
+
+
 def check_pretrained(cfg, backbone: Optional[nn.Module]) -> None:
     """The backbone's ``Pretrained`` checkpoint (its ``init_cfg``, a dict or
     an entry of a list) must be readable (a URL is downloaded here, once,
@@ -210,6 +268,7 @@ def check_inputs(cfg, training: bool) -> None:
     check_datasets(cfg, ('train', 'val') if training else ('test', ))
     check_evaluators(cfg, ('val', ) if training else ('test', ))
     if training:
+        check_traced(cfg, backbone)
         check_pretrained(cfg, backbone)
         checkpoint = None
         if cfg.get('resume') and not cfg.get('load_from'):

@@ -166,18 +166,22 @@ def check_traced(cfg, backbone: Optional[nn.Module]) -> None:
         return
     import torch.fx
     for name in [names] if isinstance(names, str) else names:
-        if name != 'backbone' and not name.startswith('backbone.'):
+        part, _, below = name.partition('.')
+        if part != 'backbone':
             continue  # another part's: mmengine's and mmdet's to answer
         try:
-            traced = torch.fx.symbolic_trace(backbone.get_submodule(name[9:]))
-            problem = _transposed_then_normalised(traced, name)
+            module = backbone.get_submodule(below)
         except AttributeError:
-            problem = 'the backbone has no such module'
-        except Exception as e:  # fx's own errors
-            problem = (f'mmengine traces it with torch.fx, which cannot '
-                       f'({type(e).__name__}: {e}): XCiT and its blocks '
-                       f'check their input and choose their computation '
-                       f'at run time')
+            module, problem = None, 'the backbone has no such module'
+        if module is not None:
+            try:
+                traced = torch.fx.symbolic_trace(module)
+                problem = _transposed_then_normalised(traced, name)
+            except Exception as e:  # fx's own errors
+                problem = (f'mmengine traces it with torch.fx, which cannot '
+                           f'({type(e).__name__}: {e}): XCiT and its blocks '
+                           f'check their input and choose their computation '
+                           f'at run time')
         if problem is None:
             continue
         raise UserError(

@@ -160,6 +160,10 @@ def applies_to_training(model: nn.Module, x: torch.Tensor) -> bool:
 #: ``always_called`` tables are keyed by these hooks' handles)
 _HOOKS = ('_forward_pre_hooks', '_forward_hooks', '_backward_pre_hooks',
           '_backward_hooks')
+#: where :func:`fingerprint`'s key holds its parts: the global hook tables
+#: first, then one entry per module (the model's first), each with its hook
+#: tables at ``_HOOKS_AT``
+_GLOBAL_TABLES, _HOOKS_AT = 4, 3
 _data_ptr = torch.Tensor.data_ptr
 _requires_grad = operator.attrgetter('requires_grad')
 
@@ -202,8 +206,9 @@ def hooked_below(model_key: Tuple[Hashable, ...]) -> bool:
     over the modules is taken once, while the GPU replays), the modules'
     hook tables after the model's own. A replay would not call them: the
     model then runs eagerly."""
+    below = model_key[_GLOBAL_TABLES + 1:]  # after the model's own entry
     return policy.global_hooks() or any(
-        any(part[3:3 + len(_HOOKS)]) for part in model_key[5:])
+        any(part[_HOOKS_AT:_HOOKS_AT + len(_HOOKS)]) for part in below)
 
 
 def input_key(x: torch.Tensor) -> Tuple[Hashable, ...]:

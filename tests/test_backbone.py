@@ -2,6 +2,8 @@
 import copy
 import math
 import re
+import threading
+from collections import OrderedDict
 
 import pytest
 import timm
@@ -165,6 +167,36 @@ def test_fourier_encoding_cached_and_exact():
     ref64 = PositionalEncodingFourier(dim=8).to(torch.float64)
     ref64.load_state_dict(small.state_dict())
     assert torch.equal(small(1, 3, 4), ref64(1, 3, 4))
+
+
+def test_fourier_encoding_cache_serves_several_threads():
+    """One model served from several threads: a thread that evicts a grid
+    while another looks it up (paused between finding it and marking it
+    used, where the interpreter may switch threads) neither fails the
+    lookup nor is failed by it."""
+    enc = CachedFourierEncoding(dim=8, cache_size=1)
+    cpu = torch.device('cpu')
+    first = enc.cached_features(2, 3, cpu)
+    looking, evicted = threading.Event(), threading.Event()
+
+    class PausedLookups(OrderedDict):
+
+        def move_to_end(self, key, last=True):
+            looking.set()
+            evicted.wait(timeout=0.5)  # unless the other thread is kept out
+            super().move_to_end(key, last)
+
+    def evict():
+        looking.wait()
+        enc.cached_features(4, 5, cpu)
+        evicted.set()
+
+    enc._features = PausedLookups(enc._features)
+    other = threading.Thread(target=evict)
+    other.start()
+    assert enc.cached_features(2, 3, cpu) is first
+    other.join()
+    assert [key[:2] for key in enc._features] == [(4, 5)]
 
 
 def test_fourier_encoding_gets_gradient():

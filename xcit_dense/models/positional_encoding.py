@@ -1,4 +1,5 @@
 """The Fourier positional encoding, computed for any token grid."""
+import threading
 from collections import OrderedDict
 
 import torch
@@ -6,6 +7,11 @@ import torch.nn as nn
 from timm.models.xcit import PositionalEncodingFourier
 
 from . import policy
+
+# One lock for every encoding's cache (a lock per module would not pickle):
+# a model served from several threads looks its grids up, inserts and
+# evicts them one thread at a time.
+_CACHE_LOCK = threading.Lock()
 
 
 class CachedFourierEncoding(PositionalEncodingFourier):
@@ -20,9 +26,10 @@ class CachedFourierEncoding(PositionalEncodingFourier):
     is a new entry); the projection runs on every call, so gradients and
     weight updates are honoured, and the result is broadcast over the batch
     instead of copied. Its values are identical to the straightforward
-    computation's. Not cached while ``torch.compile`` traces or a CUDA graph
-    captures (computed in the graph instead: a captured graph must not read
-    a tensor the cache may drop).
+    computation's. Safe to call from several threads at once. Not cached
+    while ``torch.compile`` traces or a CUDA graph captures (computed in the
+    graph instead: a captured graph must not read a tensor the cache may
+    drop).
     """
     use_fast_path = True
 
@@ -72,15 +79,17 @@ class CachedFourierEncoding(PositionalEncodingFourier):
         settings."""
         key = (H, W, device, dtype, self.hidden_dim, self.temperature,
                self.scale, self.eps)
-        feats = self._features.get(key)
-        if feats is not None:
-            self._features.move_to_end(key)
-            return feats
+        with _CACHE_LOCK:
+            feats = self._features.get(key)
+            if feats is not None:
+                self._features.move_to_end(key)
+                return feats
         # a normal tensor even under torch.inference_mode(), so that a
         # training step may use it later
         with torch.inference_mode(False):
             feats = self.fourier_features(H, W, device, dtype)
-        self._features[key] = feats
-        if len(self._features) > self.cache_size:
-            self._features.popitem(last=False)
+        with _CACHE_LOCK:
+            self._features[key] = feats
+            while len(self._features) > self.cache_size:
+                self._features.popitem(last=False)
         return feats

@@ -9,5 +9,6 @@ layer scale into weights (:mod:`.folding`), the linear layers' weights cast
 to autocast's dtype together (:mod:`.casts`), token pieces for inference
 (:mod:`.pieces`) and the 2x2 transposed convolution as a token GEMM
 (:mod:`.upsample`); Triton where it exists, and whether the kernels work on
-a device (:mod:`.triton_support`).
+a device (:mod:`.triton_support`); second derivatives through the autograd
+functions among them (:mod:`.higher_order`).
 """

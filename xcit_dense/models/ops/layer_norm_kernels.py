@@ -15,9 +15,10 @@ on CPU tensors, as the tests do.
 """
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from .. import policy
-from . import triton_support
+from . import higher_order, triton_support
 from .triton_support import available, tl, triton  # noqa: F401 (available)
 
 #: channels' block x tokens per program: about this many values each
@@ -88,7 +89,8 @@ def _blocks(C: int):
 class _LayerNorm(torch.autograd.Function):
     """(M, C) ``x`` -> ``F.layer_norm(x, (C,), weight, bias, eps)`` in
     ``dtype``: one kernel forward; one backward, then a sum over its tiles
-    for the weight's and bias's gradients."""
+    for the weight's and bias's gradients. A recorded backward
+    differentiates :func:`_reference` (:mod:`.higher_order`)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, dtype):
@@ -99,13 +101,17 @@ class _LayerNorm(torch.autograd.Function):
         _forward[(triton.cdiv(M, block_m),)](
             x, weight, bias, y, mean, rstd, M, C, eps, BLOCK_M=block_m,
             BLOCK_C=block_c, num_warps=4)
-        ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.bias_dtype = bias.dtype
+        ctx.save_for_backward(x, weight, bias, mean, rstd)
+        ctx.eps, ctx.dtype = eps, dtype
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight, mean, rstd = ctx.saved_tensors
+        x, weight, bias, mean, rstd = ctx.saved_tensors
+        if higher_order.recorded():
+            return (*higher_order.gradients(
+                lambda *xwb: _reference(*xwb, ctx.eps, ctx.dtype),
+                (x, weight, bias), ctx.needs_input_grad[:3], dy), None, None)
         M, C = x.shape
         block_m, block_c = _blocks(C)
         programs = triton.cdiv(M, block_m)
@@ -115,7 +121,14 @@ class _LayerNorm(torch.autograd.Function):
             dy.contiguous(), x, weight, mean, rstd, dx, partial, M, C,
             BLOCK_M=block_m, BLOCK_C=block_c, num_warps=8)
         dw, db = partial.sum(0)
-        return dx, dw.to(weight.dtype), db.to(ctx.bias_dtype), None, None
+        return dx, dw.to(weight.dtype), db.to(bias.dtype), None, None
+
+
+def _reference(x, weight, bias, eps, dtype):
+    """What :class:`_LayerNorm` computes, as autocast's ``nn.LayerNorm``
+    and the cast after it do: in fp32, then in ``dtype``."""
+    return F.layer_norm(x.float(), x.shape[-1:], weight.float(),
+                        bias.float(), eps).to(dtype)
 
 
 def layer_norm(x: torch.Tensor, norm: nn.LayerNorm,

@@ -33,8 +33,9 @@ from typing import Optional, Tuple
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+import torch.nn.functional as F
 
-from . import triton_support
+from . import higher_order, triton_support
 from .triton_support import available, tl, triton  # noqa: F401 (available)
 
 #: tokens and channels per tile, and warps per program of the tile kernels
@@ -443,7 +444,8 @@ class _LocalInteraction(torch.autograd.Function):
     conv2(BN(GELU(conv1(y))))``: three kernels forward (the norm's
     statistics, batch or running, between the two convolutions; two where
     the running ones normalise and no gradient is asked for, the second
-    convolution reading them itself), five backward."""
+    convolution reading them itself), five backward. A recorded backward
+    differentiates :func:`_reference` (:mod:`.higher_order`)."""
 
     @staticmethod
     def forward(ctx, y, residual, w1, b1, w2, b2, bn_weight, bn_bias, gamma,
@@ -478,15 +480,20 @@ class _LocalInteraction(torch.autograd.Function):
                        BLOCK_N=BLOCK_N, BLOCK_C=BLOCK_C, num_warps=TILE_WARPS)
         if running:
             return out  # no backward
-        ctx.save_for_backward(y, a, w1, b1, w2, b2, gamma, stats)
+        ctx.save_for_backward(y, a, w1, b1, w2, b2, gamma, stats, bn_weight,
+                              bn_bias)
         ctx.grid = H, W, batch, residual is not None
         ctx.sync = group, synced
+        ctx.norm = eps, None if batch else (running_mean, running_var)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        y, a, w1, b1, w2, b2, gamma, stats = ctx.saved_tensors
+        y, a, w1, b1, w2, b2, gamma, stats, bn_weight, bn_bias = \
+            ctx.saved_tensors
         H, W, batch, residual = ctx.grid
+        if higher_order.recorded():
+            return _recorded_backward(ctx, dout)
         B, N, C = y.shape
         tiles, grid = _grid(B, N, C)
         dout = dout.contiguous()
@@ -531,6 +538,47 @@ class _LocalInteraction(torch.autograd.Function):
                 db2.to(b2.dtype), totals[1], totals[0],
                 dgamma.to(gamma.dtype), None, None, None, None, None, None,
                 None, None, None)
+
+
+def _recorded_backward(ctx, dout: torch.Tensor) -> tuple:
+    """:class:`_LocalInteraction`'s gradients, recorded: :func:`_reference`
+    differentiated; the residual's gradient is ``dout``."""
+    y, a, w1, b1, w2, b2, gamma, stats, bn_weight, bn_bias = \
+        ctx.saved_tensors
+    H, W, batch, residual = ctx.grid
+    if ctx.sync[0] is not None:
+        raise RuntimeError(
+            "Second derivatives of LPI's kernels are not computed for a "
+            'SyncBatchNorm that synchronises across processes; run the '
+            'branch without them (fast_path=False) or with a BatchNorm of '
+            'its own per process (norm_cfg=dict(type="BN")).')
+    eps, running = ctx.norm
+    need = ctx.needs_input_grad
+    grads = higher_order.gradients(
+        lambda y, w1, b1, w2, b2, bn_weight, bn_bias, gamma: _reference(
+            y, w1, b1, w2, b2, bn_weight, bn_bias, gamma, H, W, eps, running,
+            dout.dtype),
+        (y, w1, b1, w2, b2, bn_weight, bn_bias, gamma),
+        (need[0], *need[2:9]), dout)
+    dy, dw1, db1, dw2, db2, dbn_weight, dbn_bias, dgamma = grads
+    return (dy, dout if residual and need[1] else None, dw1, db1, dw2, db2,
+            dbn_weight, dbn_bias, dgamma, *[None] * 9)
+
+
+def _reference(y, w1, b1, w2, b2, bn_weight, bn_bias, gamma, H, W, eps,
+               running, dtype):
+    """What :class:`_LocalInteraction` computes, before the residual, as
+    timm's LPI does on an NCHW copy of the tokens (in fp32, as the kernels
+    accumulate; the result in ``dtype``): normalised by the batch's
+    statistics, or by ``running`` (mean, variance) where given."""
+    B, N, C = y.shape
+    x = y.float().transpose(1, 2).reshape(B, C, H, W)
+    x = F.gelu(F.conv2d(x, w1.float(), b1.float(), padding=1, groups=C))
+    mean, var = running if running is not None else (None, None)
+    x = F.batch_norm(x, mean, var, bn_weight.float(), bn_bias.float(),
+                     training=running is None, eps=eps)
+    x = F.conv2d(x, w2.float(), b2.float(), padding=1, groups=C)
+    return (gamma.float() * x.flatten(2).transpose(1, 2)).to(dtype)
 
 
 def batch_norm_mode(bn: nn.BatchNorm2d

@@ -23,9 +23,9 @@ from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from ..policy import SWITCHES
+from . import higher_order
 
 _ONEDNN_OPS = (torch.backends.mkldnn.is_available()
                and hasattr(torch.ops.mkldnn, '_linear_pointwise')
@@ -111,18 +111,21 @@ def _onednn_mm(x: torch.Tensor, weight: torch.Tensor,
 class _OneDNNLinear(torch.autograd.Function):
     """``x @ weight.T + bias`` for 2-D ``x`` with oneDNN's GEMM forward and
     for the input gradient; the weight gradient uses ``torch.mm``, which is
-    the faster of the two for that shape (measured)."""
+    the faster of the two for that shape (measured). A recorded backward
+    differentiates ``F.linear`` (:mod:`.higher_order`)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        ctx.save_for_backward(x, weight)
+        ctx.save_for_backward(x, weight, bias)
         ctx.has_bias = bias is not None
         return _onednn_mm(x, weight, bias)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
+        x, weight, bias = ctx.saved_tensors
+        if higher_order.recorded():
+            return higher_order.gradients(
+                F.linear, (x, weight, bias), ctx.needs_input_grad, grad)
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
             grad_x = _onednn_mm(grad, weight.t())
@@ -138,19 +141,23 @@ class _OneDNNMLP(torch.autograd.Function):
     Only the pre-activation is kept for backward (the hidden activation is
     recomputed from it, and its buffer then takes the hidden gradient, GELU's
     backward in place): one fewer hidden-size tensor stored per MLP, and one
-    hidden-size buffer allocated in backward instead of two."""
+    hidden-size buffer allocated in backward instead of two. A recorded
+    backward differentiates :func:`_reference_mlp` (:mod:`.higher_order`)."""
 
     @staticmethod
     def forward(ctx, x, w1, b1, w2, b2):
         h = _onednn_mm(x, w1, b1)
         y = _onednn_mm(F.gelu(h), w2, b2)
-        ctx.save_for_backward(x, w1, w2, h)
+        ctx.save_for_backward(x, w1, w2, h, b1, b2)
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
-        x, w1, w2, h = ctx.saved_tensors
+        x, w1, w2, h, b1, b2 = ctx.saved_tensors
+        if higher_order.recorded():
+            return higher_order.gradients(
+                _reference_mlp, (x, w1, b1, w2, b2), ctx.needs_input_grad,
+                grad)
         hidden = F.gelu(h)
         need = ctx.needs_input_grad
         grad_w2 = grad.t().mm(hidden) if need[3] else None
@@ -162,6 +169,11 @@ class _OneDNNMLP(torch.autograd.Function):
         grad_w1 = hidden.t().mm(x) if need[1] else None
         grad_b1 = hidden.sum(0) if need[2] else None
         return grad_x, grad_w1, grad_b1, grad_w2, grad_b2
+
+
+def _reference_mlp(x, w1, b1, w2, b2):
+    """What :class:`_OneDNNMLP` computes, in PyTorch's operators."""
+    return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
 
 
 def mlp(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor,

@@ -6,9 +6,12 @@ backward of ``addcmul`` multiplies by its ``value`` (1) before each product:
 four products, a sum and a cast. Here the backward is what the arithmetic
 needs: ``gamma``'s gradient (the gradient times ``y``, summed over the
 tokens) and ``y``'s (the gradient times ``gamma``, written in ``y``'s dtype by
-the product itself), bit for bit autograd's values.
+the product itself), bit for bit autograd's values; a recorded backward
+(:mod:`.higher_order`) computes them as autograd's own products.
 """
 import torch
+
+from . import higher_order
 
 
 class _ScaledResidual(torch.autograd.Function):
@@ -28,7 +31,9 @@ class _ScaledResidual(torch.autograd.Function):
         if need_gamma:
             grad_gamma = (grad * y).sum(tuple(range(grad.dim() - 1))) \
                 .to(gamma.dtype)
-        if need_y:
+        if need_y and higher_order.recorded():
+            grad_y = (grad * gamma).to(y.dtype)
+        elif need_y:
             grad_y = torch.mul(grad, gamma, out=torch.empty_like(y))
         return grad if need_x else None, grad_gamma, grad_y
 

@@ -23,7 +23,6 @@ from contextlib import nullcontext
 from typing import Callable, ContextManager, Dict, Optional, Tuple
 
 import torch
-from torch.autograd.function import once_differentiable
 
 #: The fewest tokens per channel (N / C, per image) at which XCA from the
 #: second moments takes less time than its four token GEMMs, by (half
@@ -45,7 +44,8 @@ MIN_TOKENS_PER_CHANNEL: Dict[Tuple[bool, bool], float] = {
 class _Gram(torch.autograd.Function):
     """``z^T z`` for (B, N, C) ``z``, using its symmetry: three of the four
     (C/2 x C/2) blocks are computed (3/4 of the GEMM), and the gradient is
-    one GEMM instead of two."""
+    one GEMM instead of two (itself differentiable: second derivatives
+    follow it)."""
 
     @staticmethod
     def forward(ctx, z):
@@ -61,7 +61,6 @@ class _Gram(torch.autograd.Function):
                       dim=2)], dim=1)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad):
         z, = ctx.saved_tensors
         return torch.bmm(z, grad + grad.transpose(1, 2))

@@ -32,8 +32,9 @@ Triton is imported) runs the same kernels on CPU tensors, as the tests do.
 from typing import Tuple
 
 import torch
+import torch.nn.functional as F
 
-from . import triton_support
+from . import higher_order, triton_support
 from .triton_support import available, tl, triton  # noqa: F401 (available)
 
 #: F.normalize's eps on the channels' L2 norms over the tokens
@@ -270,7 +271,8 @@ def token_products(a: torch.Tensor, b: torch.Tensor, heads: int, d: int,
 
 class _Attention(torch.autograd.Function):
     """(B, N, 3C) qkv, temperature (heads, 1, 1) -> (B, N, C), in three
-    kernels each way."""
+    kernels each way. A recorded backward differentiates :func:`_reference`
+    (:mod:`.higher_order`)."""
 
     @staticmethod
     def forward(ctx, qkv, temperature, heads):
@@ -299,6 +301,10 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dout):
         qkv, temperature, attn, gram, sqsum = ctx.saved_tensors
         heads = ctx.heads
+        if higher_order.recorded():
+            return (*higher_order.gradients(
+                lambda q, t: _reference(q, t, heads), (qkv, temperature),
+                ctx.needs_input_grad[:2], dout), None)
         B, N, C3 = qkv.shape
         C = C3 // 3
         d = C // heads
@@ -320,6 +326,19 @@ class _Attention(torch.autograd.Function):
             BLOCK_D=_block_d(d), PRECISION=precision, num_warps=warps)
         dtemperature = dt.sum(0).to(temperature.dtype).view_as(temperature)
         return dqkv, dtemperature, None
+
+
+def _reference(qkv: torch.Tensor, temperature: torch.Tensor,
+               heads: int) -> torch.Tensor:
+    """What :class:`_Attention` computes, as timm's XCA does (in fp32, as
+    the kernels accumulate, and returned in ``qkv``'s dtype)."""
+    B, N, C3 = qkv.shape
+    q, k, v = qkv.float().reshape(B, N, 3, heads, C3 // (3 * heads)) \
+        .permute(2, 0, 3, 4, 1).unbind(0)
+    attn = F.normalize(q, dim=-1, eps=EPS) @ \
+        F.normalize(k, dim=-1, eps=EPS).transpose(-2, -1)
+    out = (attn * temperature).softmax(dim=-1) @ v
+    return out.permute(0, 3, 1, 2).reshape(B, N, C3 // 3).to(qkv.dtype)
 
 
 def attention(qkv: torch.Tensor, temperature: torch.Tensor,

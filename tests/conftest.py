@@ -436,6 +436,7 @@ def training_replays(monkeypatch):
                 return tuple(o.detach() for o in ctx.outs)
 
             @staticmethod
+            @torch.autograd.function.once_differentiable  # as a replay's
             def backward(ctx, *grads):
                 got = torch.autograd.grad(ctx.outs,
                                           [params[i] for i in trained],

@@ -425,6 +425,38 @@ def test_cuda_graphs_replay_eager_training_steps(no_tf32, setting, amp):
     assert net.training_graphs.failure is None
 
 
+@pytest.mark.parametrize('training', [True, False])
+def test_second_derivatives_on_the_kernels(no_tf32, training):
+    """A gradient-penalty step on CUDA's default path (XCA's and LPI's
+    kernels, the scaled residuals: their recorded backwards differentiate
+    the straightforward computation) against the straightforward
+    computation's, every gradient within 1e-4."""
+    from test_second_derivatives import assert_penalty_step_matches_reference
+    assert_penalty_step_matches_reference(
+        randomized().cuda().train(training),
+        torch.randn(2, 3, 80, 112, device='cuda'))
+
+
+def test_second_derivatives_through_a_replay_say_so(no_tf32):
+    """A weights' gradient recorded through a replayed training step
+    (``make_graphed_callables``' backward is computed once) stops with
+    the message naming ``cuda_graphs=True``; the steps after it run
+    eagerly."""
+    net = randomized(cuda_graphs='train').cuda().train()
+    x = torch.randn(2, 3, 64, 96, device='cuda')
+    for _ in range(3):
+        sum(o.mean() for o in net(x)).backward()
+    assert net.training_graphs.captures == 1
+    loss = sum((o ** 2).mean() for o in net(x))
+    weights = [p for n, p in net.named_parameters()
+               if n.endswith('fc2.weight')]
+    with pytest.raises(RuntimeError, match='cuda_graphs=True'):
+        torch.autograd.grad(loss, weights, create_graph=True)
+    sum(o.mean() for o in net(x)).backward()
+    assert net.training_graphs.failure is not None
+    assert net.training_graphs.captures == 1
+
+
 def test_compile_auto_is_eager_on_cuda():
     """``compile_cfg='auto'`` (the recipes') compiles where it was measured
     faster: nowhere today (xcit_dense/models/policy.py, COMPILE)."""

@@ -284,6 +284,67 @@ def test_a_hook_below_runs_the_steps_eagerly(replays):
     assert len(replays) > launched
 
 
+def penalty_step(net, optimizer, of='input'):
+    """A gradient penalty's step: the gradient of a loss ``of`` the input
+    or the weights recorded (``create_graph=True``), its squared norm
+    differentiated; the parameters' gradients."""
+    optimizer.zero_grad(set_to_none=True)
+    x = X.clone().requires_grad_(of == 'input')
+    loss = sum((o ** 2).mean() for o in net(x))
+    wrt = [x] if of == 'input' else [p for n, p in net.named_parameters()
+                                     if n.endswith('fc2.weight')]
+    grads = torch.autograd.grad(loss, wrt, create_graph=True)
+    (loss + sum(g.pow(2).sum() for g in grads)).backward()
+    grads = {n: p.grad.clone() for n, p in net.named_parameters()
+             if p.grad is not None}
+    optimizer.step()
+    return grads
+
+
+@pytest.mark.parametrize('cuda_graphs', ['train', 'auto'])
+def test_second_derivatives_keep_the_steps_eager(replays, monkeypatch,
+                                                  cuda_graphs):
+    """A gradient penalty from the first step (a replay's backward, once
+    differentiable as PyTorch's, could not give its second derivatives):
+    no step is captured, each is an eager model's, and the graphs' stop
+    is said once (a warning when asked for by name, an INFO line under
+    'auto')."""
+    monkeypatch.setitem(policy.GRAPHS, 'cpu', frozenset({'infer', 'train'}))
+    net, eager = model(cuda_graphs), model(cuda_graphs=False)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
+    level = logging.WARNING if cuda_graphs == 'train' else logging.INFO
+    with logged(level=level) as messages:
+        for i in range(5):  # a weights' penalty 4 times in a row
+            of = 'weights' if i else 'input'
+            grads, ref = (penalty_step(m, o, of)
+                          for m, o in zip((net, eager), opts))
+            assert grads.keys() == ref.keys()
+            for name, grad in grads.items():
+                torch.testing.assert_close(grad, ref[name], rtol=1e-4,
+                                           atol=1e-6, msg=name)
+    assert replays == [] and net.training_graphs.captures == 0
+    assert len(messages) == 1 and 'create_graph=True' in messages[0]
+
+
+def test_second_derivatives_after_a_capture_stop_the_replays(replays):
+    """A penalty of the weights' gradient first taken after the steps were
+    captured (the input as in the captured steps, so the step replays):
+    the replay's backward is computed once (PyTorch's), so that step
+    stops with a message that says so; the steps after it run eagerly, as
+    an eager model's."""
+    net, eager, opts = captured_and_eager()
+    launched = len(replays)
+    with pytest.raises(RuntimeError, match='cuda_graphs=True'):
+        penalty_step(net, opts[0], of='weights')
+    assert len(replays) == launched + 1
+    eager(X)  # the forward that ran (its BatchNorm statistics), no step
+    launched = len(replays)
+    with logged(level=logging.WARNING) as messages:
+        for _ in range(4):
+            same_steps(net, eager, opts)
+    assert len(replays) == launched and len(messages) == 1
+
+
 def test_auto_captures_steps_that_repeat_in_a_row(replays, monkeypatch):
     """``cuda_graphs='auto'`` where the policy lists training: sizes that
     alternate run eagerly (multi-scale training) and the model is not

@@ -682,11 +682,17 @@ class GraphedTraining(_Graphs):
     own, copied out as each replay ends (a later replay of another graph
     may write where they were). If a capture fails or the model cannot be
     captured (:func:`not_graphable`), one warning says so and training runs
-    eagerly from then on. Not copied with the model."""
+    eagerly from then on; so too once a backward through a step was itself
+    recorded (``create_graph=True``: a gradient penalty, whose second
+    derivatives a replay cannot give). Not copied with the model."""
 
     STOPPED = ('CUDA graphs of the training steps stop: {reason}; '
                'training runs eagerly')
     REMEDY = 'model.backbone.cuda_graphs=True to graph inference only'
+    #: why the steps stop once a backward through one was recorded
+    RECORDED = ('a backward through the model was recorded '
+                '(create_graph=True: second derivatives), which a replay '
+                'does not record')
     #: the capture (a stand-in on the CPU in the tests)
     capture = staticmethod(capture_training_cuda)
 
@@ -699,6 +705,7 @@ class GraphedTraining(_Graphs):
         self.recurrence = Recurrence(in_a_row=True)
         self.repeats = Recurrence(in_a_row=False)
         self.hooked = False  # the last look found hooks below the model
+        self.recorded = False  # a backward through a step was recorded
 
     def __call__(self, model: nn.Module,
                  forward: Callable[[torch.Tensor], Outputs],
@@ -708,6 +715,9 @@ class GraphedTraining(_Graphs):
         recurred (``auto``: in a row), eagerly until then."""
         if self.failure is not None:
             return forward(x)
+        if self.recorded:
+            return self._stop(self.RECORDED, forward, x, auto=auto)
+        eager = functools.partial(self._watched, forward)
         inputs = (*input_key(x), x.requires_grad)
         recurrence = self.recurrence if auto else self.repeats
         kept = AUTO_TRAINING_GRAPHS if auto else MAX_TRAINING_GRAPHS
@@ -715,9 +725,9 @@ class GraphedTraining(_Graphs):
         latest = self._latest_for(inputs)
         if latest is None and not (recurrence.looks(inputs) and
                                    self._admits(inputs, recurrence, kept)):
-            return forward(x)
+            return eager(x)
         if self._backward_to_come():
-            return forward(x)
+            return eager(x)
         # while hooks were found, the model is looked at before a replay
         launched = latest is not None and self.graphs[latest].trusted and \
             not self.hooked
@@ -732,11 +742,11 @@ class GraphedTraining(_Graphs):
             self.graphs[latest].drop()
         self.hooked = hooked_below(model_key)
         if self.hooked:
-            return forward(x)
+            return eager(x)
         entry = self.graphs.get(key)
         if entry is None:
             if not recurrence.ready(inputs, model_key):
-                return forward(x)
+                return eager(x)
             reason = not_graphable(model)
             if reason is not None:
                 return self._stop(reason, forward, x, auto=auto)
@@ -755,6 +765,24 @@ class GraphedTraining(_Graphs):
                 self.graphs.pop(self._least_used(recurrence))
             self.graphs[key] = _TrainingGraph(graphed, held, buffers, saved)
         return self._handed_on(key, self.graphs[key].launch(x))
+
+    def _watched(self, forward: Callable[[torch.Tensor], Outputs],
+                 x: torch.Tensor) -> Outputs:
+        """An eager step's ``forward(x)``, its backward watched
+        (:meth:`_seen_backward`)."""
+        outs = forward(x)
+        for out in outs:
+            if out.grad_fn is not None:
+                out.grad_fn.register_hook(self._seen_backward)
+        return outs
+
+    def _seen_backward(self, grad_inputs: Outputs,
+                       grad_outputs: Outputs) -> None:
+        """A backward through a step ran; if it was recorded (autograd runs
+        a ``create_graph=True`` backward with gradients on), the steps stop
+        being captured and replayed at the next forward."""
+        if torch.is_grad_enabled():
+            self.recorded = True
 
     def _handed_on(self, key: Hashable, outs: Outputs) -> Outputs:
         """The outputs of the graph ``key``'s replay, as the caller's own,
@@ -776,11 +804,23 @@ class GraphedTraining(_Graphs):
         return any(entry.node is not None and entry.node() is not None
                    for entry in self.graphs.values())
 
-    @staticmethod
-    def _backward_done(entry: _TrainingGraph, grad_inputs: Outputs,
+    def _backward_done(self, entry: _TrainingGraph, grad_inputs: Outputs,
                        grad_outputs: Outputs) -> Outputs:
         """After a replay's backward: the graph free for the next step, and
         copies of the gradients it computed passed on in place of the
-        graph's buffers."""
+        graph's buffers. A recorded backward (``create_graph=True``)
+        cannot be given: the steps are eager from the next one on, and this
+        one stops with a message."""
         entry.node = None
+        self._seen_backward(grad_inputs, grad_outputs)
+        if self.recorded:
+            raise RuntimeError(
+                'XCiT: this training step was replayed from a CUDA graph, '
+                "whose backward (PyTorch's make_graphed_callables) is "
+                'computed once and not recorded, so its gradients cannot '
+                'be differentiated again (create_graph=True: a gradient '
+                'penalty). The next steps run eagerly, where second '
+                'derivatives are exact; to have them from the start, set '
+                'model.backbone.cuda_graphs=True (inference graphs only) '
+                'or False.')
         return copies(grad_inputs)

@@ -424,6 +424,35 @@ def test_inductor_compiles_dynamic_shapes_without_its_failing_analysis(
     assert model.compile_failure is None
 
 
+def test_second_derivatives_through_the_compiled_backbone_stop_it(
+        monkeypatch):
+    """A recorded backward (``create_graph=True``) through the compiled
+    backbone, whose backward AOTAutograd computes once (PyTorch 2.11 on the
+    CPU raised its donated-buffers error there): that step stops with a
+    message naming ``compile_cfg=None`` and the backbone runs eagerly from
+    the next; a plain backward, and Dynamo's ``'eager'`` backend (no
+    AOTAutograd), are left alone. ``torch.compile`` is stood in for by the
+    function itself."""
+    monkeypatch.setattr(torch, 'compile', lambda fn, **kwargs: fn)
+
+    def penalty(model):
+        x = X.clone().requires_grad_()
+        loss = sum((o ** 2).mean() for o in model(x))
+        grad, = torch.autograd.grad(loss, x, create_graph=True)
+        grad.pow(2).sum().backward()
+
+    model = randomized(compile_cfg=True).train()
+    sum(o.sum() for o in model(X)).backward()
+    assert model.compile_failure is None
+    with pytest.raises(RuntimeError, match='compile_cfg=None'):
+        penalty(model)
+    assert 'create_graph=True' in model.compile_failure
+    penalty(model)
+    model = randomized(compile_cfg=dict(backend='eager')).train()
+    penalty(model)
+    assert model.compile_failure is None
+
+
 @pytest.mark.parametrize('setting', ['always', False])
 def test_gradients_in_the_parameters_strides(setting):
     """Every gradient reaches its parameter in the parameter's own strides,

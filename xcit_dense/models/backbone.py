@@ -293,9 +293,16 @@ class XCiT(BaseModule):
             self.__dict__['_compiled_forward'] = compiled
         try:
             with _backward_compiled_with_forward():
-                return compiled(self, x)
+                outs = compiled(self, x)
         except Exception as error:  # the compiler's failure, or the model's
             failure = first_line(error)
+        else:
+            if torch.is_grad_enabled() and options.get('backend') != 'eager':
+                for out in outs:  # before the compiled backward runs
+                    if out.grad_fn is not None:
+                        out.grad_fn.register_prehook(
+                            self._compiled_backward_not_recorded)
+            return outs
         # the eager forward decides: if it fails too, its error is the
         # model's own and is raised alone; if it runs, compiling stops here
         outs = self._forward_pyramid(x)
@@ -306,6 +313,23 @@ class XCiT(BaseModule):
             f'model.backbone.compile_cfg=None to skip compiling.',
             logger='current', level=logging.WARNING)
         return outs
+
+    def _compiled_backward_not_recorded(self, grad_outputs) -> None:
+        """Before a compiled forward's backward: if that backward is
+        recorded (``create_graph=True``: second derivatives, which
+        AOTAutograd's compiled backward does not give), compiling stops
+        and this step with a message."""
+        if not torch.is_grad_enabled():
+            return
+        self.compile_failure = ('a backward through it was recorded '
+                                '(create_graph=True)')
+        raise RuntimeError(
+            'XCiT: this step ran the compiled backbone, whose backward '
+            "(AOTAutograd's) cannot be differentiated again "
+            '(create_graph=True: a gradient penalty). The backbone runs '
+            'eagerly from the next step on, where second derivatives are '
+            'exact; to have them from the start, set '
+            'model.backbone.compile_cfg=None.')
 
     def compile_options(self, device_type: str) -> Optional[dict]:
         """The ``torch.compile`` arguments of a forward on

@@ -248,6 +248,36 @@ def test_optimizer_step_tool_compares_both_groupings():
         in proc.stdout
 
 
+@pytest.mark.parametrize('change', ['merge_groups=False', 'custom_keys'])
+def test_state_of_other_groups_is_one_paragraph(change):
+    """A merged optimizer state resumed where the groups are not the same
+    any more (one per parameter; a custom key that adds a group): one
+    paragraph naming both groupings and load_from, not the optimizer's
+    'different number of parameter groups'."""
+    from xcit_dense.errors import UserError
+    model = _tiny_detector()
+    saved = _optimizer(model).state_dict()
+    if change == 'merge_groups=False':
+        optimizer = _optimizer(model, merge=False)
+        now = f'{len(list(model.parameters()))} parameter groups of 1 ' \
+            'parameter each'
+    else:
+        optimizer = build_optim_wrapper(model, dict(
+            constructor='xcit_dense.NoDecayOptimWrapperConstructor',
+            optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+            paramwise_cfg=dict(custom_keys={
+                'head.bias': dict(lr_mult=0.5),
+                'backbone.fpn1': dict(lr_mult=0.1)}))).optimizer
+        now = '5 parameter groups of'
+    sizes = ', '.join(str(len(g['params'])) for g in saved['param_groups'])
+    with pytest.raises(UserError) as error:
+        optimizer.load_state_dict(saved)
+    message = str(error.value)
+    assert f'has 3 parameter groups of {sizes} parameters' in message
+    assert f"this run's optimizer {now}" in message
+    assert 'load_from=PATH instead of --resume' in message
+
+
 def test_merge_groups_must_be_a_bool():
     with pytest.raises(ValueError, match='merge_groups must be True'):
         _optimizer(_tiny_detector(), merge='yes')

@@ -10,6 +10,7 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 
+from .errors import UserError
 from .registry import OPTIM_WRAPPER_CONSTRUCTORS
 
 
@@ -100,12 +101,48 @@ def _merge_saved_groups(optimizer: torch.optim.Optimizer,
     """A load_state_dict pre-hook: an optimizer state saved with one group
     per parameter loads into the merged groups of the same parameters, its
     groups merged the same way (:func:`saved_merging`). Any other mismatch
-    is left to the optimizer's own error."""
+    is left to :func:`_groups_as_saved`."""
     saved = state_dict.get('param_groups', [])
     members = saved_merging(saved, optimizer)
     if members is None:
         return None
     return dict(state_dict, param_groups=merged_groups(saved, members))
+
+
+def _groups_as_saved(optimizer: torch.optim.Optimizer,
+                     state_dict: dict) -> None:
+    """A load_state_dict pre-hook, after :func:`_merge_saved_groups`: an
+    optimizer state whose parameter groups are not this optimizer's
+    (another number of them, or other sizes: the groups' rules changed
+    since it was saved) is one paragraph that says so and what to do,
+    where the optimizer's own error names neither."""
+    saved = state_dict.get('param_groups')
+    if not isinstance(saved, list):
+        return
+    sizes = [len(group.get('params', ())) for group in saved]
+    ours = [len(group['params']) for group in optimizer.param_groups]
+    if sizes == ours:
+        return
+    raise UserError(
+        f'The optimizer state being loaded has {_groups(sizes)} and this '
+        f"run's optimizer {_groups(ours)}: the parameter groups changed "
+        'since the checkpoint was saved (optim_wrapper.paramwise_cfg: '
+        'custom_keys, layer_decay_rate, merge_groups and the like, or the '
+        "model's parameters), so each parameter's moments cannot be placed. "
+        'Resume with the settings the checkpoint was saved with, or start '
+        'from its weights alone with load_from=PATH instead of --resume '
+        '(the optimizer and the schedules then start afresh).')
+
+
+def _groups(sizes: List[int]) -> str:
+    """``sizes`` (parameters per group) in words."""
+    if len(sizes) > 4:
+        return (f'{len(sizes)} parameter groups of {min(sizes)} to '
+                f'{max(sizes)} parameters' if min(sizes) < max(sizes) else
+                f'{len(sizes)} parameter groups of {sizes[0]} parameter'
+                f'{"s" if sizes[0] != 1 else ""} each')
+    return (f'{len(sizes)} parameter group{"s" if len(sizes) != 1 else ""} '
+            f'of {", ".join(map(str, sizes))} parameters')
 
 
 def merge_saved_schedulers(checkpoint: dict,
@@ -201,6 +238,8 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         if self.merge_groups:
             wrapper.optimizer.register_load_state_dict_pre_hook(
                 _merge_saved_groups)
+        wrapper.optimizer.register_load_state_dict_pre_hook(
+            _groups_as_saved)
         return wrapper
 
     def add_params(self,

@@ -343,7 +343,8 @@ def test_arbitrary_pickle_refused(timm_nano, tmp_path):
 
 
 @pytest.mark.parametrize('content', [b'# xcit-dense\n\nThe XCiT backbone',
-                                     bytes(range(256)) * 4])
+                                     bytes(range(256)) * 4,
+                                     b'hi\n'])  # the unpickler's KeyError
 def test_file_that_is_no_checkpoint_is_named_so(tmp_path, content):
     """A text file or other bytes given as a checkpoint: not a checkpoint
     (or a damaged one), not one that holds Python objects to unpickle."""

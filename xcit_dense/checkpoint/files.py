@@ -12,7 +12,6 @@ import argparse
 import os
 import os.path as osp
 import pickle
-import zipfile
 from typing import Mapping
 from urllib.error import URLError
 from urllib.parse import urlparse
@@ -118,7 +117,10 @@ def read_checkpoint(path: str) -> Mapping:
         raise CheckpointError(
             f'Cannot read {path}: not a PyTorch checkpoint or truncated '
             f'(the unpickler: {_unpickler_detail(e)})') from e
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as e:
+    except Exception as e:
+        # a file of any bytes: the legacy format's unpickler fails as they
+        # lead it (a memo KeyError for "hi\n"), or RuntimeError, EOFError,
+        # BadZipFile, OSError
         raise CheckpointError(
             f'Cannot read {path}: the file is truncated or not a PyTorch '
             f'checkpoint ({type(e).__name__}: {e})') from e

@@ -177,6 +177,18 @@ def test_demo_tool_draws(trained, tiny_coco, tmp_path):
     drawn = cv2.imread(str(out))
     assert drawn is not None and drawn.shape[:2] == (128, 128)
     assert drawn.std() > 0
+    # a folder (existing, or a path without an extension): the drawing under
+    # the image's name; a file OpenCV writes no drawing as: one paragraph
+    for folder in (tmp_path / 'vis', tmp_path / 'new' / 'drawn'):
+        proc = run_tool_here('tools/demo.py', image, cfg, work / 'iter_4.pth',
+                             '--out', folder)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert cv2.imread(str(folder / image.name)).shape[:2] == (128, 128)
+    proc = run_tool_here('tools/demo.py', image, cfg, work / 'iter_4.pth',
+                         '--out', tmp_path / 'result.txt')
+    _fails_cleanly(proc, r'--out .*result\.txt: a drawing is written as an '
+                   r'image file ending in \.jpg')
+    assert not (tmp_path / 'result.txt').exists()
 
 
 def test_demo_tool_draws_every_image_of_a_folder(trained, tiny_coco,

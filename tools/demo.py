@@ -50,8 +50,8 @@ def parse_args():
         'or a published XCiT detector / segmentor); not with an .onnx file')
     # the names of mmdet's and mmseg's demo/image_demo.py too
     parser.add_argument('--out', '--out-file', dest='out',
-                        help='output image file (a folder for a folder of '
-                        'images)')
+                        help="output image file, or a folder (the drawing "
+                        "under the image's name; for a folder of images)")
     parser.add_argument('--show', action='store_true',
                         help='show each drawing in a window')
     parser.add_argument('--wait-time', type=seconds, default=0,
@@ -77,10 +77,21 @@ def parse_args():
 #: what a folder's images are (mmdet's and mmcv's image extensions)
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif',
                     '.tiff', '.webp')
+#: what a drawing is written as (OpenCV writes colour images so; a .pgm is
+#: grey only)
+DRAWING_EXTENSIONS = tuple(e for e in IMAGE_EXTENSIONS if e != '.pgm')
+
+
+def drawing_name(name):
+    """The file name of the drawing of the image ``name``: its own, or with
+    .png added where its format holds no colour drawing."""
+    return name if name.lower().endswith(DRAWING_EXTENSIONS) \
+        else f'{name}.png'
 
 
 def images_and_outputs(image, out):
-    """(image, drawing) paths: ``image`` and ``out``, or each image of the
+    """(image, drawing) paths: ``image`` and ``out`` (or ``out``/its name
+    where ``out`` is a folder, or has no extension), or each image of the
     folder ``image`` (by extension, sorted) and ``out``/its name; no
     drawing path without ``out``."""
     if osp.isdir(image):
@@ -94,11 +105,19 @@ def images_and_outputs(image, out):
                             f'in {", ".join(IMAGE_EXTENSIONS)}).')
         if out is not None:
             os.makedirs(out, exist_ok=True)
-        return [(osp.join(image, n), out and osp.join(out, n))
+        return [(osp.join(image, n), out and osp.join(out, drawing_name(n)))
                 for n in names]
     if not osp.isfile(image):
         raise UserError(f'Image not found: {image}')
     if out is not None:
+        if osp.isdir(out) or not osp.splitext(out)[1]:
+            out = osp.join(out, drawing_name(osp.basename(image)))
+        elif not out.lower().endswith(DRAWING_EXTENSIONS):
+            raise UserError(
+                f'--out {out}: a drawing is written as an image file '
+                f'ending in {", ".join(DRAWING_EXTENSIONS)}, or into a '
+                "folder (an existing one, or a path without an extension) "
+                "under the image's name.")
         os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     return [(image, out)]
 

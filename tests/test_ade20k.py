@@ -142,6 +142,13 @@ def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
     assert 'Give --show or --show-dir for segmentation, not both' in \
         proc.stderr.splitlines()[-1]
     assert not (tmp_path / 'both').exists()
+    # --out is a folder of label maps: a file there is one paragraph
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+                         '--work-dir', tmp_path / 'out_file', '--out',
+                         maps[0])
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert 'label maps (PNG); ' in proc.stderr.splitlines()[-1]
+    assert not (tmp_path / 'out_file').exists()
 
 
 

@@ -155,6 +155,10 @@ def main():
             cfg.test_evaluator = evaluators + [
                 dict(type='DumpDetResults', out_file_path=args.out)]
         else:
+            if osp.exists(args.out) and not osp.isdir(args.out):
+                raise UserError(
+                    '--out for segmentation is a directory for the '
+                    f'predicted label maps (PNG); {args.out} is a file.')
             cfg.test_evaluator['output_dir'] = args.out
             cfg.test_evaluator['keep_results'] = True
 

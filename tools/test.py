@@ -138,6 +138,11 @@ def main():
     # its hooks' before_run (EMAHook's average model exists then), as
     # mmdet's and mmseg's test.py load them; no pretrained import needed.
     cfg.load_from, cfg.resume = None if exported else checkpoint, False
+    # a test builds nothing of training: mmseg's visualization hook reads
+    # runner.iter, which would build the training loop and its dataset
+    # (missing where only the test data is there)
+    cfg.train_dataloader = cfg.train_cfg = cfg.optim_wrapper = None
+    cfg.param_scheduler = None
     tta = str(cfg.model.get('type', '')).endswith('TTAModel')
     inner = cfg.model.module if tta else cfg.model
     if inner.get('backbone', {}).get('init_cfg'):

@@ -230,6 +230,21 @@ def test_demo_tool_draws_every_image_of_a_folder(trained, tiny_coco,
         _fails_cleanly(proc, message)
 
 
+def test_demo_tool_refuses_a_device_not_here(tmp_path):
+    """--device names a device this machine has, or is refused by argparse
+    before anything is read (it was PyTorch's traceback at the model's
+    build: 'Found no NVIDIA driver')."""
+    for device, message in [
+            ('cuda:99', r'cuda:99: this machine has \d+ CUDA devices? '
+                        r'\(--device cpu runs on the CPU\)'),
+            ('gpu', "gpu is not a device")]:
+        proc = run_tool_here('tools/demo.py', tmp_path / 'a.png',
+                             tmp_path / 'a.py', tmp_path / 'a.pth', '--out',
+                             tmp_path / 'out.jpg', '--device', device)
+        assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+        assert re.search(message, proc.stderr), proc.stderr
+
+
 def test_demo_tool_refuses_what_is_no_image(trained, tmp_path):
     cfg, work, *_ = trained
     not_image = tmp_path / 'notes.png'

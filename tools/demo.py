@@ -30,6 +30,7 @@ from xcit_dense.cli import (  # noqa: E402
     load_config,
     run_cli,
     seconds,
+    torch_device,
 )
 from xcit_dense.deploy import RUNTIMES, load_exported  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
@@ -57,7 +58,8 @@ def parse_args():
     parser.add_argument('--wait-time', type=seconds, default=0,
                         help='seconds each drawing is shown with --show (0, '
                         'the default: until a key is pressed)')
-    parser.add_argument('--device', default='cpu', help='e.g. cpu, cuda:0')
+    parser.add_argument('--device', type=torch_device, default='cpu',
+                        help='e.g. cpu, cuda:0')
     parser.add_argument('--score-thr', '--pred-score-thr', dest='score_thr',
                         type=float, default=0.3,
                         help='detection: smallest score drawn')

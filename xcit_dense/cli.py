@@ -97,6 +97,26 @@ def seconds(text: str) -> float:
     return value
 
 
+def torch_device(text: str) -> str:
+    """An argparse type: a device this machine has (``--device cpu``,
+    ``cuda``, ``cuda:1``)."""
+    import torch
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a device (e.g. 'cpu', 'cuda', 'cuda:0')")
+    if device.type == 'cuda':
+        count = torch.cuda.device_count() if torch.cuda.is_available() \
+            else 0
+        if count == 0 or (device.index or 0) >= count:
+            raise argparse.ArgumentTypeError(
+                f'{text}: this machine has {count} CUDA device'
+                f'{"s" if count != 1 else ""} (--device cpu runs on the '
+                'CPU)')
+    return text
+
+
 #: matplotlib's backends that draw into files and open no window
 FILE_BACKENDS = ('agg', 'cairo', 'pdf', 'pgf', 'ps', 'svg', 'template')
 

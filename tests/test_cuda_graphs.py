@@ -256,6 +256,43 @@ def test_outputs_are_the_callers_and_graphs_are_bounded(replays,
     assert [key[0][2] for key in net.graphs.graphs] == [64, 48]
 
 
+def test_a_model_served_from_several_threads(replays):
+    """Threads that call one model at once (a server's pool) each get the
+    outputs of their own input: a replay writes its graph's static input
+    and outputs, which another thread's replay of the same graph would
+    overwrite before the first has copied its outputs out."""
+    import sys
+    import threading
+    net = model()
+    inputs = [torch.randn(1, 3, 64, 96, generator=torch.Generator()
+                          .manual_seed(i)) for i in range(4)]
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    wanted = [infer(eager, x) for x in inputs]
+    infer(net, inputs[0])  # captured
+    wrong = []
+
+    def serve(i):
+        for _ in range(10):
+            got = infer(net, inputs[i])
+            if not all(torch.allclose(g, w, rtol=1e-5, atol=1e-5)
+                       for g, w in zip(got, wanted[i])):
+                wrong.append(i)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can
+    try:
+        threads = [threading.Thread(target=serve, args=(i,))
+                   for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+    assert net.graphs.captures == 1 and len(replays) == 41
+
+
 def warnings_of(net, calls):
     """The eager model's outputs against ``net``'s over ``calls`` calls,
     and the warnings logged meanwhile."""

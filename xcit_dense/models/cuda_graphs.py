@@ -439,12 +439,16 @@ class GraphedInference(_Graphs):
     model changes between :data:`MAX_CHANGES` calls in a row at the same
     input (a module that sets an attribute in its forward: every call would
     capture), one warning says so and the model runs eagerly from then
-    on."""
+    on. One call at a time: a model served from several threads replays
+    for one of them after the other (a replay writes its graph's static
+    input and outputs, and a capture in CUDA's global mode fails another
+    thread's launches)."""
 
     #: the capture (a stand-in on the CPU in the tests)
     capture = staticmethod(capture_cuda)
 
     def __init__(self) -> None:
+        self._lock = threading.RLock()
         self.graphs: 'OrderedDict[Hashable, tuple]' = OrderedDict()
         self.pool = None
         self.failure: Optional[str] = None
@@ -466,6 +470,12 @@ class GraphedInference(_Graphs):
         only if the model is still the one it was captured from."""
         if self.failure is not None:
             return forward(x)
+        with self._lock:
+            return self._call(model, forward, x, auto)
+
+    def _call(self, model: nn.Module,
+              forward: Callable[[torch.Tensor], Outputs], x: torch.Tensor,
+              auto: bool) -> Outputs:
         inputs = input_key(x)
         self.recurrence.count(inputs)  # every call (:meth:`_least_used`)
         # while hooks were found, the model is looked at before a replay

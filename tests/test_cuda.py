@@ -382,6 +382,35 @@ def test_cuda_graphs_replay_the_eager_forward(no_tf32, setting, amp, device):
     compare((64, 96), 3)
 
 
+def test_cuda_graphs_serve_several_threads(no_tf32):
+    """Four threads calling one graphed model at once (a server's pool, on
+    the default stream): each gets its own input's outputs, from one
+    capture."""
+    import threading
+    net = randomized(cuda_graphs=True).cuda().eval()
+    eager = copy.deepcopy(net)
+    eager.cuda_graphs = False
+    inputs = [torch.randn(1, 3, 64, 96, device='cuda') for _ in range(4)]
+    with torch.no_grad():
+        wanted = [eager(x) for x in inputs]
+        net(inputs[0])
+    wrong = []
+
+    def serve(i):
+        with torch.no_grad():
+            for _ in range(20):
+                got = net(inputs[i])
+                if not all(_relative(g, w) < 1e-5
+                           for g, w in zip(got, wanted[i])):
+                    wrong.append(i)
+    threads = [threading.Thread(target=serve, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == [] and net.graphs.captures == 1
+
+
 @pytest.mark.parametrize('setting, amp', [(True, None),
                                           ('always', torch.bfloat16)])
 def test_cuda_graphs_replay_eager_training_steps(no_tf32, setting, amp):

@@ -144,6 +144,45 @@ def test_classification_weights_dropped_and_logged(timm_nano, tmp_path):
     assert 'freshly initialised' in log
 
 
+def test_rgb_checkpoint_into_other_input_channels(timm_nano, tmp_path):
+    """``in_channels=1`` or 4 from an RGB checkpoint, as timm adapts its
+    stems: one channel takes the sum of the three filters (a grey image
+    gives what the RGB model gives for it in three equal channels), four
+    repeat them, scaled by 3/4; every other weight is the checkpoint's
+    (the pyramid's are fresh: a classification checkpoint),
+    and the log says what was done. Anything else that differs is still
+    refused."""
+    from xcit_dense.checkpoint import load_backbone_checkpoint
+    path = tmp_path / 'timm.pth'
+    torch.save(timm_nano.state_dict(), path)
+    rgb = _load(path)
+    first = rgb.patch_embed.proj[0][0].weight
+    grey = _load(path, in_channels=1)
+    x = torch.randn(1, 1, 64, 96)
+    with torch.no_grad():  # (the pyramid is fresh in each: the taps)
+        for out, ref in zip(grey.forward_taps(x),
+                            rgb.forward_taps(x.expand(1, 3, 64, 96))):
+            torch.testing.assert_close(out, ref, rtol=0, atol=1e-4)
+    four = XCiT(arch='nano_12_p16', in_channels=4)
+    messages = []
+
+    class Log:
+        info = messages.append
+    report = load_backbone_checkpoint(four, str(path), logger=Log)
+    torch.testing.assert_close(four.patch_embed.proj[0][0].weight,
+                               torch.cat([first, first[:, :1]], 1) * 0.75)
+    for (name, a), b in zip(four.named_parameters(), rgb.parameters()):
+        if name != 'patch_embed.proj.0.0.weight' and \
+                not name.startswith('fpn'):
+            assert torch.equal(a, b), name
+    assert report['adapted'] == messages[1] == (
+        "The stem's first convolution takes 4 image channels: its "
+        'checkpoint weight is repeated from its 3 '
+        "(timm's adapt_input_conv).")
+    with pytest.raises(CheckpointError, match='shape mismatches'):
+        _load(path, arch='tiny_12_p16', in_channels=1)
+
+
 def test_pretrained_takes_mmengines_arguments(timm_nano, tmp_path):
     """``init_cfg`` as mmengine's ``Pretrained`` takes it: ``prefix`` (the
     weights under it, with or without its final dot: a Mean Teacher

@@ -38,6 +38,8 @@ from .keys import mismatch_paragraph, without_module_prefix
 CLASSIFICATION_ONLY = ('cls_token', 'dist_token', 'cls_attn_blocks.',
                        'norm.', 'head.', 'head_dist.', 'fc_norm.')
 PYRAMID_PREFIX = re.compile(r'^fpn\d+\.')
+#: the stem's first convolution, the one weight that sees the images
+FIRST_CONV = 'patch_embed.proj.0.0.weight'
 def extract_state_dict(checkpoint: Mapping,
                        checkpoint_key: Optional[str] = None
                        ) -> Tuple[Dict[str, torch.Tensor], str]:
@@ -214,22 +216,49 @@ def under_prefix(state_dict: Mapping[str, torch.Tensor], prefix: str
     return selected
 
 
+def adapt_input_channels(model: nn.Module,
+                         state_dict: Dict[str, torch.Tensor]
+                         ) -> Optional[str]:
+    """Where the backbone takes images of another number of channels than
+    the checkpoint's (``in_channels=1`` or 4 from an RGB checkpoint), the
+    stem's first convolution adapted in ``state_dict`` as timm adapts it
+    (``adapt_input_conv``: summed over the channels for one, repeated and
+    scaled for more); what was done, or None."""
+    weight = state_dict.get(FIRST_CONV)
+    own = model.state_dict().get(FIRST_CONV)
+    if weight is None or own is None or weight.dim() != 4 or \
+            weight.shape[1] == own.shape[1] or \
+            weight.shape[:1] + weight.shape[2:] != own.shape[:1] + \
+            own.shape[2:]:
+        return None
+    from timm.models._manipulate import adapt_input_conv
+    state_dict[FIRST_CONV] = adapt_input_conv(own.shape[1], weight,
+                                              base_chans=weight.shape[1])
+    how = 'summed over its' if own.shape[1] == 1 else 'repeated from its'
+    return (f"The stem's first convolution takes {own.shape[1]} image "
+            f'channel{"s" if own.shape[1] != 1 else ""}: its checkpoint '
+            f"weight is {how} {weight.shape[1]} (timm's adapt_input_conv).")
+
+
 def backbone_weights(model: nn.Module, checkpoint: Mapping,
                      checkpoint_key: Optional[str] = None,
                      prefix: Optional[str] = None
                      ) -> Tuple[Dict[str, torch.Tensor], Dict[str, str],
-                                List[str], str]:
+                                List[str], str, Optional[str]]:
     """What :func:`load_backbone_checkpoint` loads from a checkpoint's
     contents into ``model`` (checked strictly against its names and
     shapes; a model on the meta device will do): the weights, the entries
-    dropped (key -> reason), the pyramid keys left fresh, and the format."""
+    dropped (key -> reason), the pyramid keys left fresh, the format, and
+    how the first convolution was adapted to the model's input channels
+    (:func:`adapt_input_channels`) or None."""
     state_dict, fmt = extract_state_dict(checkpoint, checkpoint_key)
     if prefix:
         state_dict = under_prefix(state_dict, prefix)
     converted, dropped = convert_state_dict(state_dict)
+    adapted = adapt_input_channels(model, converted)
     to_load, unused, fresh = match_state_dict(model, converted)
     dropped.update(unused)
-    return to_load, dropped, fresh, fmt
+    return to_load, dropped, fresh, fmt, adapted
 
 
 def load_backbone_checkpoint(model: nn.Module,
@@ -246,10 +275,11 @@ def load_backbone_checkpoint(model: nn.Module,
     parameters, wherever they are.
 
     Returns a report: ``format``, ``loaded``, ``dropped`` (key -> reason),
-    ``fresh`` (pyramid keys initialised afresh).
+    ``fresh`` (pyramid keys initialised afresh), ``adapted`` (how the first
+    convolution was adapted to ``in_channels``, or None).
     """
     log = logger.info if logger is not None else (lambda msg: None)
-    to_load, dropped, fresh, fmt = backbone_weights(
+    to_load, dropped, fresh, fmt, adapted = backbone_weights(
         model, read_checkpoint(path), checkpoint_key, prefix)
     result = model.load_state_dict(to_load, strict=False)
     # Every key was checked above; the only keys load_state_dict may report
@@ -259,6 +289,8 @@ def load_backbone_checkpoint(model: nn.Module,
     assert not leftover and not result.unexpected_keys, (leftover, result)
     log(f'Loaded {len(to_load)} backbone weights from {path} '
         f'({fmt} checkpoint).')
+    if adapted:
+        log(adapted)
     if dropped:
         log(f'Dropped {len(dropped)} checkpoint entries not used by the '
             f'backbone: {", ".join(_group(dropped))}.')
@@ -266,4 +298,4 @@ def load_backbone_checkpoint(model: nn.Module,
         log(f'The checkpoint has no pyramid weights; {len(fresh)} pyramid '
             f'parameters are freshly initialised: {", ".join(_group(fresh))}.')
     return dict(format=fmt, loaded=sorted(to_load), dropped=dropped,
-                fresh=fresh)
+                fresh=fresh, adapted=adapted)

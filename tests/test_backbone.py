@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.models.xcit import PositionalEncodingFourier
 
-from xcit_dense import ARCH_SETTINGS, XCiT
+from xcit_dense import ARCH_SETTINGS, XCiT, fast_path
 from xcit_dense.models.positional_encoding import CachedFourierEncoding
 
 from conftest import run_tool_here
@@ -82,15 +82,53 @@ def test_odd_sizes(patch, size):
 
 
 @pytest.mark.parametrize('shape', [(3, 32, 32), (1, 1, 32, 32),
-                                   (1, 3, 0, 32), (2, 3, 16, 0)])
-def test_input_that_is_no_batch_of_images_is_named(shape):
-    """An unbatched image, other channels or an empty side: one message
-    that names the shape taken and the shape given (not an error from deep
-    inside a convolution, or from a fast path's channels-last copy)."""
+                                   (1, 3, 0, 32), (2, 3, 16, 0),
+                                   (0, 3, 32, 32)])
+@pytest.mark.parametrize('method', ['forward', 'forward_taps'])
+def test_input_that_is_no_batch_of_images_is_named(shape, method):
+    """An unbatched image, other channels, an empty side or batch: one
+    message that names the shape taken and the shape given (not an error
+    from deep inside a convolution, or from a fast path's channels-last
+    copy), from ``forward`` and ``forward_taps`` alike."""
     with pytest.raises(ValueError, match=re.escape(
             'XCiT takes a batch of images, a tensor of shape (B, 3, H, W) '
-            'with H, W >= 1') + '.*' + re.escape(f'got shape {shape}.')):
-        tiny()(torch.zeros(shape))
+            'with B, H, W >= 1') + '.*' + re.escape(f'got shape {shape}.')):
+        getattr(tiny(), method)(torch.zeros(shape))
+
+
+@pytest.mark.parametrize('dtype', [torch.uint8, torch.float64])
+def test_images_of_another_dtype_are_named(dtype):
+    """uint8 images (not normalised by a data preprocessor) or fp64 ones
+    into an fp32 model: one paragraph naming both dtypes (also under
+    autocast, which casts neither); under autocast fp16 images go in, and
+    an fp64 model takes fp64 images."""
+    model = tiny().eval()
+    message = re.escape("XCiT takes images in its weights' dtype "
+                        '(torch.float32; under torch.autocast float32, '
+                        f'float16 or bfloat16), got {dtype}')
+    with pytest.raises(ValueError, match=message):
+        model(torch.zeros(1, 3, 32, 32, dtype=dtype))
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        with pytest.raises(ValueError, match=message):
+            model(torch.zeros(1, 3, 32, 32, dtype=dtype))
+        model(torch.zeros(1, 3, 32, 32, dtype=torch.float16))
+    model.double()(torch.zeros(1, 3, 32, 32, dtype=torch.float64))
+
+
+def test_live_positional_dropout_draws_one_mask_on_every_path():
+    """``drop_rate`` > 0 in training: the dropout after the positional
+    encoding draws its mask over the tokens in one memory order, so a seed
+    gives the fast paths and the straightforward computation the same
+    outputs (the straightforward stem's tokens were a transposed view)."""
+    model = tiny(drop_rate=0.1).train()
+    x = torch.randn(2, 3, 64, 96)
+    torch.manual_seed(0)
+    outs = model(x)
+    torch.manual_seed(0)
+    with fast_path(False):
+        refs = model(x)
+    for out, ref in zip(outs, refs):
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-4)
 
 
 def test_backbone_demo_prints_the_pyramid_and_refuses_empty_sizes():
@@ -325,7 +363,55 @@ def test_no_weight_decay_names():
     (dict(arch='nano_12_p16', drop_path_rate=1.5),
      r'drop_path_rate must be in \[0, 1\].*got 1\.5'),
     (dict(arch='nano_12_p16', drop_path_rate=-0.1), r'drop_path_rate'),
+    # type slips: one paragraph, not a TypeError from deep inside
+    (dict(arch='nano_12_p16', drop_path_rate='0.1'), r'drop_path_rate'),
+    (dict(arch='nano_12_p16', frozen_stages=None),
+     r'frozen_stages must be an int'),
+    (dict(arch='nano_12_p16', frozen_stages=1.5), r'frozen_stages'),
+    (dict(arch='nano_12_p16', out_indices=11), r'out_indices.*got 11$'),
+    (dict(arch='nano_12_p16', out_indices=(False, True, 7, 11)),
+     r'out_indices'),
+    (dict(arch='nano_12_p16', eta='1'), r'eta must be a number > 0'),
+    (dict(arch='nano_12_p16', eta=0), r'eta must be a number > 0'),
+    (dict(arch='nano_12_p16', mlp_ratio=-1), r'mlp_ratio must be'),
+    (dict(arch='nano_12_p16', in_channels=0),
+     r'in_channels must be a positive int'),
+    (dict(arch='nano_12_p16', in_channels='3'), r'in_channels'),
+    (dict(arch='nano_12_p16', qkv_bias='yes'),
+     r'qkv_bias must be True or False'),
+    (dict(arch='nano_12_p16', with_cp='yes'), r'with_cp must be'),
+    (dict(arch='nano_12_p16', drop_rate=2), r'drop_rate must be a prob'),
+    (dict(arch='nano_12_p16', compile_cfg=dict(moed='max-autotune')),
+     r"compile_cfg takes torch.compile's arguments \(.*mode.*\); "
+     r"got 'moed'"),
+    # norms: what mmcv builds, checked on an NCHW map
+    (dict(arch='nano_12_p16', norm_cfg=None),
+     r"norm_cfg must be a dict with a 'type'"),
+    (dict(arch='nano_12_p16', norm_cfg=dict(type='LN')),
+     r"norm_cfg=\{'type': 'LN'\} does not normalise the backbone's "
+     r'16-channel maps \(RuntimeError: Given normalized_shape'),
+    (dict(arch='nano_12_p16', norm_cfg=dict(type='GN', num_groups=32)),
+     r"16-channel maps \(ValueError: num_channels \(16\) must be "
+     r'divisible.*embed_dim / 8'),
+    (dict(arch='nano_12_p16', norm_cfg=dict(type='Foo')),
+     r"norm_cfg=\{'type': 'Foo'\} does not normalise"),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         XCiT(**kwargs)
+
+
+def test_arguments_of_numpy_and_other_norms():
+    """numpy's integers where ints are asked for (a config computed with
+    numpy), and the other 2-D norms mmcv builds: group norm with a
+    num_groups that divides every width, instance norm, SyncBN."""
+    import numpy as np
+    x = torch.randn(1, 3, 32, 48)
+    model = XCiT(arch='nano_12_p16', depth=np.int64(4),
+                 out_indices=np.arange(4), frozen_stages=np.int32(1))
+    assert model.depth == 4 and model.out_indices == (0, 1, 2, 3)
+    assert type(model.depth) is int
+    for norm_cfg in (dict(type='GN', num_groups=8), dict(type='IN'),
+                     dict(type='SyncBN')):
+        model = tiny(norm_cfg=norm_cfg)
+        assert [o.shape[1] for o in model(x)] == [128] * 4

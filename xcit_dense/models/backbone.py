@@ -38,6 +38,8 @@ from .positional_encoding import CachedFourierEncoding
 from .presets import (
     DEFAULT_ARCH,
     OUT_STRIDES,
+    check_layer_args,
+    check_norm_cfg,
     check_out_indices,
     check_training_args,
     init_cfgs,
@@ -178,6 +180,9 @@ class XCiT(BaseModule):
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
             num_heads=num_heads, eta=eta)
         out_indices = check_out_indices(out_indices, settings['depth'])
+        check_layer_args(in_channels, mlp_ratio, qkv_bias, use_pos_embed,
+                         drop_rate, attn_drop_rate, norm_eval, with_cp)
+        check_norm_cfg(norm_cfg)
         check_training_args(frozen_stages, out_indices[-1], compile_cfg,
                             autocast_dtype, init_cfg, cuda_graphs,
                             drop_path_rate)
@@ -254,14 +259,7 @@ class XCiT(BaseModule):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """NCHW images -> 4 NCHW maps of strides 4, 8, 16, 32; level ``i``
         of an ``H x W`` input is ``ceil(H / s_i) x ceil(W / s_i)``."""
-        channels = self.in_channels
-        if x.dim() != 4 or x.shape[1] != channels or \
-                x.shape[2] < 1 or x.shape[3] < 1:
-            raise ValueError(
-                f'XCiT takes a batch of images, a tensor of shape (B, '
-                f'{channels}, H, W) with H, W >= 1 (any size: level '
-                f'i is ceil(H / s_i) x ceil(W / s_i)); got shape '
-                f'{tuple(x.shape)}.')
+        self._check_images(x)
         if torch.is_grad_enabled():  # DDP's buckets: see ops/grad_layout.py
             keep_grad_layouts(self)
         if self.autocast_dtype is not None and \
@@ -286,12 +284,12 @@ class XCiT(BaseModule):
                 return self.training_graphs(self, self._forward_pyramid, x,
                                             auto)
             return self._forward_pyramid(x)
-        compiled = self.__dict__.get('_compiled_forward')
-        if compiled is None:  # compiled lazily, on the first call
-            compiled = torch.compile(type(self)._forward_pyramid,
-                                     **_inductor_fixes(options))
-            self.__dict__['_compiled_forward'] = compiled
         try:
+            compiled = self.__dict__.get('_compiled_forward')
+            if compiled is None:  # compiled lazily, on the first call
+                compiled = torch.compile(type(self)._forward_pyramid,
+                                         **_inductor_fixes(options))
+                self.__dict__['_compiled_forward'] = compiled
             with _backward_compiled_with_forward():
                 outs = compiled(self, x)
         except Exception as error:  # the compiler's failure, or the model's
@@ -353,20 +351,47 @@ class XCiT(BaseModule):
     def _forward_pyramid(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         H, W = x.shape[-2:]
         outs = []
-        for tap, resampler, stride in zip(self.forward_taps(x),
+        for tap, resampler, stride in zip(self._taps(x),
                                           self.resamplers, self.out_strides):
             outs.append(crop(resampler(tap), H, W, stride).contiguous())
         return tuple(outs)
 
+    def _check_images(self, x: torch.Tensor) -> None:
+        """``x`` is what the backbone takes, or one paragraph: a batch of
+        images of the stem's channels, in its weights' dtype (under
+        autocast, which casts them: float32, float16 or bfloat16)."""
+        channels = self.in_channels
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or \
+                x.shape[1] != channels or min(x.shape[0], *x.shape[2:]) < 1:
+            raise ValueError(
+                f'XCiT takes a batch of images, a tensor of shape (B, '
+                f'{channels}, H, W) with B, H, W >= 1 (any size: level '
+                f'i is ceil(H / s_i) x ceil(W / s_i)); got '
+                f'{_shape_of(x)}.')
+        dtype = next(p.dtype for p in self.patch_embed.parameters())
+        autocast = torch.is_autocast_enabled(x.device.type)
+        if x.dtype != dtype and not (autocast and x.dtype in CAST_BY_AUTOCAST):
+            raise ValueError(
+                f"XCiT takes images in its weights' dtype ({dtype}; under "
+                f'torch.autocast float32, float16 or bfloat16), got '
+                f'{x.dtype}: convert them (x.to({dtype})), or the model '
+                f'(model.to({x.dtype})) for another floating dtype.')
+
     def forward_taps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Outputs of the blocks in ``out_indices`` as (B, C, Hp, Wp) maps
         on the token grid: channels-last views of the (B, N, C) tokens."""
+        self._check_images(x)
+        return self._taps(x)
+
+    def _taps(self, x: torch.Tensor) -> List[torch.Tensor]:
         B = x.shape[0]
         x, (Hp, Wp) = self.patch_embed(x)
         if self.pos_embed is not None:
             pos = self.pos_embed(B, Hp, Wp)
             x = x + pos.flatten(2).transpose(1, 2)
-        x = self.pos_drop(x)
+        # the tokens in one memory order whatever made them, so that a live
+        # dropout draws its mask over the same elements on every path
+        x = self.pos_drop(x.contiguous())
         taps = []
         for i, blk in enumerate(self.blocks):
             x = blk(x, Hp, Wp)
@@ -504,6 +529,16 @@ def _backward_compiled_with_forward():
     if not hasattr(config, 'force_non_lazy_backward_lowering'):
         return nullcontext()
     return config.patch(force_non_lazy_backward_lowering=True)
+
+
+#: the images' dtypes that autocast casts for the stem's convolutions
+CAST_BY_AUTOCAST = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _shape_of(x: object) -> str:
+    """``x`` for a message: a tensor's shape, else its type."""
+    return f'shape {tuple(x.shape)}' if isinstance(x, torch.Tensor) \
+        else f'a {type(x).__name__}'
 
 
 def _init_linear(module: nn.Module) -> None:

@@ -5,11 +5,11 @@ from typing import Optional, Type
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
 from mmengine.model.utils import _BatchNormXd
 from timm.models.xcit import LPI as TimmLPI
 
 from . import policy
+from .norms import norm_layer
 from .ops import layer_norm_kernels, lpi_kernels, onednn
 from .ops.folding import fold_scale
 
@@ -53,7 +53,7 @@ class LPI(TimmLPI):
                  norm_cfg: Optional[dict] = None):
         super().__init__(in_features, act_layer=act_layer)
         if norm_cfg is not None:
-            self.bn = build_norm_layer(norm_cfg, in_features)[1]
+            self.bn = norm_layer(norm_cfg, in_features)
 
     def forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:
         """(B, N, C) tokens of an H x W grid -> (B, N, C)."""

@@ -1,5 +1,9 @@
 """XCiT presets and the checks of the backbone's arguments."""
+import inspect
+import numbers
 from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
 
 # name: (embed_dim, depth, num_heads, eta), as in timm's ``xcit_<name>_p*``
 # entry points and the XCiT paper (Table 1).
@@ -58,9 +62,14 @@ def resolve_arch(arch: Optional[str], **overrides) -> dict:
             f'patch_size must be one of {PATCH_SIZES} (the convolutional '
             f'stem of XCiT), got {settings["patch_size"]!r}')
     for key in ('embed_dim', 'depth', 'num_heads'):
-        if not isinstance(settings[key], int) or settings[key] < 1:
+        if not is_int(settings[key]) or settings[key] < 1:
             raise ValueError(f'{key} must be a positive int, got '
                              f'{settings[key]!r}')
+        settings[key] = int(settings[key])
+    if not is_number(settings['eta']) or not settings['eta'] > 0:
+        raise ValueError(
+            f"eta must be a number > 0 (the layer scales' initial value: "
+            f'1.0 up to depth 12, 1e-5 deeper), got {settings["eta"]!r}')
     if settings['embed_dim'] % settings['num_heads']:
         raise ValueError(
             f'embed_dim ({settings["embed_dim"]}) must be divisible by '
@@ -75,17 +84,19 @@ def check_out_indices(out_indices: Optional[Sequence[int]],
         out_indices = DEFAULT_OUT_INDICES.get(depth) or tuple(
             # the same relative positions as the published depth-12 taps
             round((i + 1) * depth / 12) - 1 for i in (3, 5, 7, 11))
-    out_indices = tuple(out_indices)
     n = len(OUT_STRIDES)
+    given = out_indices
+    out_indices = tuple(out_indices) if hasattr(out_indices, '__iter__') \
+        and not isinstance(out_indices, (str, bytes)) else (out_indices,)
     if (len(out_indices) != n
-            or not all(isinstance(i, int) for i in out_indices)
+            or not all(is_int(i) for i in out_indices)
             or not all(0 <= i < depth for i in out_indices)
             or any(a >= b for a, b in zip(out_indices, out_indices[1:]))):
         raise ValueError(
             f'out_indices must be {n} strictly increasing block indices '
             f'in [0, {depth - 1}] (depth {depth}), one per pyramid level '
-            f'of strides {OUT_STRIDES}; got {list(out_indices)}')
-    return out_indices
+            f'of strides {OUT_STRIDES}; got {given!r}')
+    return tuple(int(i) for i in out_indices)
 
 
 def check_training_args(frozen_stages: int, last_block: int,
@@ -95,16 +106,16 @@ def check_training_args(frozen_stages: int, last_block: int,
                         cuda_graphs: Union[bool, str] = False,
                         drop_path_rate: float = 0.) -> None:
     """The remaining arguments of :class:`~xcit_dense.XCiT` (the dropout
-    rates' ``nn.Dropout`` checks itself; stochastic depth draws its
-    Bernoulli masks only in training)."""
-    if not 0 <= drop_path_rate <= 1:
+    rates: :func:`check_layer_args`)."""
+    if not is_number(drop_path_rate) or not 0 <= drop_path_rate <= 1:
         raise ValueError(
             f'drop_path_rate must be in [0, 1] (the probability that a '
             f"block's residual branches are dropped for a sample, the same "
             f'in every block), got {drop_path_rate!r}')
-    if not -1 <= frozen_stages <= last_block + 1:
+    if not is_int(frozen_stages) or \
+            not -1 <= frozen_stages <= last_block + 1:
         raise ValueError(
-            f'frozen_stages must be in [-1, {last_block + 1}] (-1: '
+            f'frozen_stages must be an int in [-1, {last_block + 1}] (-1: '
             f'none, 0: stem, k: stem and the first k blocks), got '
             f'{frozen_stages!r}')
     if compile_cfg is not None and compile_cfg != 'auto' and \
@@ -113,6 +124,8 @@ def check_training_args(frozen_stages: int, last_block: int,
             f"compile_cfg must be None, a bool, 'auto' (compiled where the "
             f'fast-path policy lists the device: none today) or a dict of '
             f'torch.compile arguments, got {compile_cfg!r}')
+    if isinstance(compile_cfg, dict):
+        check_compile_cfg(compile_cfg)
     if autocast_dtype not in AUTOCAST_DTYPES:
         raise ValueError(
             f'autocast_dtype must be one of {AUTOCAST_DTYPES}, got '
@@ -125,6 +138,73 @@ def check_training_args(frozen_stages: int, last_block: int,
                          f"pay, for inputs that recur) or False, got "
                          f"{cuda_graphs!r}")
     check_init_cfg(init_cfg)
+
+
+def is_int(value) -> bool:
+    """An integer (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and \
+        not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A real number (numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_layer_args(in_channels: int, mlp_ratio: float, qkv_bias: bool,
+                     use_pos_embed: bool, drop_rate: float,
+                     attn_drop_rate: float, norm_eval: bool,
+                     with_cp: bool) -> None:
+    """The arguments of :class:`~xcit_dense.XCiT` that its layers take:
+    the input's channels, the MLP's width ratio, the switches and the
+    dropout rates."""
+    if not is_int(in_channels) or in_channels < 1:
+        raise ValueError(
+            f'in_channels must be a positive int (the channels of the '
+            f'images: 3 for RGB; a 3-channel checkpoint loads into other '
+            f'counts too), got {in_channels!r}')
+    if not is_number(mlp_ratio) or not mlp_ratio > 0:
+        raise ValueError(
+            f"mlp_ratio must be a number > 0 (the MLP's hidden width per "
+            f'channel: 4 in every preset), got {mlp_ratio!r}')
+    for name, value in (('qkv_bias', qkv_bias),
+                        ('use_pos_embed', use_pos_embed),
+                        ('norm_eval', norm_eval), ('with_cp', with_cp)):
+        if not isinstance(value, bool):
+            raise ValueError(f'{name} must be True or False, got {value!r}')
+    for name, value in (('drop_rate', drop_rate),
+                        ('attn_drop_rate', attn_drop_rate)):
+        if not is_number(value) or not 0 <= value <= 1:
+            raise ValueError(f'{name} must be a probability in [0, 1], got '
+                             f'{value!r}')
+
+
+def check_norm_cfg(norm_cfg: dict) -> None:
+    """``norm_cfg`` is an mmcv norm config: a dict with a ``type`` (what
+    the type builds is checked where each norm is built:
+    :func:`.norms.norm_layer`)."""
+    if not isinstance(norm_cfg, dict) or 'type' not in norm_cfg:
+        raise ValueError(
+            f"norm_cfg must be a dict with a 'type', as mmcv's "
+            f"build_norm_layer takes it (dict(type='BN'), the published "
+            f"models'; 'SyncBN', 'GN' with num_groups, 'IN'), got "
+            f'{norm_cfg!r}')
+
+
+#: the arguments of this PyTorch's ``torch.compile`` besides the model
+COMPILE_ARGUMENTS = tuple(name for name in inspect.signature(
+    torch.compile).parameters if name != 'model')
+
+
+def check_compile_cfg(compile_cfg: dict) -> None:
+    """A dict ``compile_cfg`` names only ``torch.compile``'s arguments (a
+    misspelt one would fail every forward)."""
+    unknown = sorted(set(compile_cfg) - set(COMPILE_ARGUMENTS))
+    if unknown:
+        raise ValueError(
+            f"compile_cfg takes torch.compile's arguments "
+            f"({', '.join(COMPILE_ARGUMENTS)}); got "
+            f"{', '.join(map(repr, unknown))}")
 
 
 #: what an ``init_cfg`` of type ``'Pretrained'`` takes: mmengine's arguments

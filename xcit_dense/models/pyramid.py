@@ -6,9 +6,9 @@ from typing import List
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
 
 from . import policy
+from .norms import norm_layer
 from .ops import onednn
 from .ops.folding import fold_batchnorm
 from .ops.upsample import upsample2x
@@ -40,7 +40,7 @@ class TransposedConvUpsampler(nn.Sequential):
         layers: List[nn.Module] = []
         for step in range(steps):
             if step:
-                layers += [build_norm_layer(norm_cfg, dim)[1], nn.GELU()]
+                layers += [norm_layer(norm_cfg, dim), nn.GELU()]
             layers.append(nn.ConvTranspose2d(dim, dim, kernel_size=2,
                                              stride=2))
         return cls(*layers)

@@ -3,10 +3,10 @@ from typing import Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
-from mmcv.cnn import build_norm_layer
 from timm.models.xcit import ConvPatchEmbed as TimmConvPatchEmbed
 
 from . import policy
+from .norms import norm_layer
 from .ops import onednn
 from .ops.folding import fold_batchnorm
 
@@ -33,8 +33,8 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
                          embed_dim=embed_dim, act_layer=act_layer)
         if norm_cfg is not None:
             for conv_norm in self.proj[0::2]:  # (conv, norm) pairs
-                conv_norm[1] = build_norm_layer(
-                    norm_cfg, conv_norm[0].out_channels)[1]
+                conv_norm[1] = norm_layer(norm_cfg,
+                                          conv_norm[0].out_channels)
 
     def forward(self, x: torch.Tensor
                 ) -> Tuple[torch.Tensor, Tuple[int, int]]:

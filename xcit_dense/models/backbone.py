@@ -361,7 +361,7 @@ class XCiT(BaseModule):
         images of the stem's channels, in its weights' dtype (under
         autocast, which casts them: float32, float16 or bfloat16)."""
         channels = self.in_channels
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or \
+        if not hasattr(x, 'dim') or x.dim() != 4 or \
                 x.shape[1] != channels or min(x.shape[0], *x.shape[2:]) < 1:
             raise ValueError(
                 f'XCiT takes a batch of images, a tensor of shape (B, '
@@ -389,9 +389,7 @@ class XCiT(BaseModule):
         if self.pos_embed is not None:
             pos = self.pos_embed(B, Hp, Wp)
             x = x + pos.flatten(2).transpose(1, 2)
-        # the tokens in one memory order whatever made them, so that a live
-        # dropout draws its mask over the same elements on every path
-        x = self.pos_drop(x.contiguous())
+        x = self.pos_drop(x)
         taps = []
         for i, blk in enumerate(self.blocks):
             x = blk(x, Hp, Wp)

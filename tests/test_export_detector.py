@@ -124,11 +124,14 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
     import pickle
     predictions = {}
     for name, model_file in [('torch', checkpoint), ('onnx', out)]:
+        # (--show-dir: mmdet's visualizer draws the ground truth's boxes,
+        # which the exported file's path leaves as tensors too)
         proc = run_tool_here('tools/test.py', config, model_file,
                              '--work-dir', tmp_path / name, '--out',
-                             tmp_path / f'{name}.pkl')
+                             tmp_path / f'{name}.pkl', '--show-dir', 'shown')
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert 'coco/segm_mAP' in proc.stdout + proc.stderr
+        assert len(list((tmp_path / name).rglob('shown/*.png'))) == 4
         with open(tmp_path / f'{name}.pkl', 'rb') as f:
             predictions[name] = pickle.load(f)
     assert len(predictions['onnx']) == len(predictions['torch']) == 4

@@ -304,6 +304,29 @@ def test_semantic_fpn_fixed_size(tmp_path):
     _, labels = onnxruntime_session(str(out)).run(
         None, {'input': image.numpy()})
     assert np.array_equal(labels, ref.numpy())
+    # what tools/test.py and tools/demo.py meet: an image of another size
+    # (on either runtime), the config of another task, no ONNX file at all:
+    # one paragraph each, not the runtime's or protobuf's traceback
+    from mmseg.structures import SegDataSample
+
+    from xcit_dense.deploy import load_exported
+    from xcit_dense.deploy.runtime_model import RuntimeModel
+    from xcit_dense.errors import UserError
+    for runtime in ('onnxruntime', 'openvino'):
+        with pytest.raises(UserError, match=re.escape(
+                f'{out} was exported for 57x83 images, and the test '
+                'pipeline gives this one (an image) at 64x64: export it '
+                'with --dynamic')):
+            load_exported(str(out), runtime).infer(torch.zeros(3, 64, 64),
+                                                   SegDataSample())
+    with pytest.raises(UserError, match=re.escape(
+            'holds a SegmentorGraph (an mmseg model), and the config is an '
+            'mmdet one')):
+        RuntimeModel(file=str(out), scope='mmdet')
+    not_onnx = tmp_path / 'image.onnx'
+    not_onnx.write_bytes(b'\x89PNG\r\n\x1a\n' + bytes(range(256)))
+    with pytest.raises(UserError, match='cannot be read as an ONNX file'):
+        load_exported(str(not_onnx))
 
 
 class FixesTheSize(FeatureGraph):
@@ -344,6 +367,14 @@ def test_dynamic_export_that_fixes_a_size_is_caught(tmp_path):
     (('configs/ade20k/demo_upernet_xcit_nano_synthetic.py', '--out',
       'x.onnx', '--backbone-and-neck'), '--backbone-and-neck is for mmdet '
      'configs'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'README.md/x.onnx'), 'README.md is a file, not a folder'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--opset', '17'), "--opset 17: PyTorch's ONNX exporter "
+     'writes opset 18 or later'),
+    (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--calib', '4'), '--calib is the number of calibration '
+     'images of --int8'),
     (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
       'x.onnx', '--cfg-options', 'model.test_cfg.rcnn.nms.type=soft_nms'),
      'this model differs: test_cfg.rcnn.nms is soft_nms. Export its '

@@ -40,14 +40,22 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from xcit_dense.cli import add_cfg_options, load_config, run_cli  # noqa: E402
+from xcit_dense.cli import (  # noqa: E402
+    add_cfg_options,
+    check_output,
+    load_config,
+    run_cli,
+)
 from xcit_dense.deploy import (  # noqa: E402
     check_requirements,
     export_onnx,
     graph_for,
     random_input,
 )
-from xcit_dense.deploy.onnx_export import check_detector_batch  # noqa: E402
+from xcit_dense.deploy.onnx_export import (  # noqa: E402
+    MIN_OPSET,
+    check_detector_batch,
+)
 from xcit_dense.deploy.quantization import dataset_images, export_int8  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
@@ -88,10 +96,11 @@ def parse_args():
         help='also write FILE.int8.onnx: the whole model quantized to INT8 '
         '(static, calibrated on --calib images of the config\'s test '
         'dataset, checked against the fp32 file on 8 more)')
-    parser.add_argument('--calib', type=int, default=32,
-                        help='calibration images for --int8')
-    parser.add_argument('--opset', type=int, default=18,
-                        help='ONNX opset version')
+    parser.add_argument('--calib', type=int,
+                        help='calibration images for --int8 (default: 32)')
+    parser.add_argument('--opset', type=int, default=MIN_OPSET,
+                        help=f'ONNX opset version (default and least: '
+                        f'{MIN_OPSET}, what PyTorch\'s exporter writes)')
     add_cfg_options(parser)
     return parser.parse_args()
 
@@ -105,6 +114,16 @@ def main():
                         'export_onnx.py takes mmdet or mmseg configs.')
     if not args.out.endswith('.onnx'):
         raise UserError(f'--out must name an .onnx file, got {args.out}')
+    check_output(args.out, '--out')
+    if args.opset < MIN_OPSET:
+        raise UserError(
+            f'--opset {args.opset}: PyTorch\'s ONNX exporter writes opset '
+            f'{MIN_OPSET} or later (it cannot convert these graphs to an '
+            f'earlier one); give --opset {MIN_OPSET} or more.')
+    if args.calib is not None and not args.int8:
+        raise UserError('--calib is the number of calibration images of '
+                        '--int8; give --int8 too, or leave --calib out.')
+    args.calib = 32 if args.calib is None else args.calib
     height, width = args.shape or tuple(cfg.get('crop_size', None) or
                                         DEFAULT_SHAPE[scope])
     if min(height, width) < 32 or args.batch < 1:

@@ -10,7 +10,7 @@ from typing import Dict, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from .masks import paste_masks
 from .runtimes import read_metadata, runtime_session
 
@@ -31,7 +31,8 @@ class ExportedModel:
                  meta: Optional[Dict[str, str]] = None):
         # ``meta``: the file's metadata when the caller has read it already
         # (reading it parses the whole file)
-        self.meta = read_metadata(path) if meta is None else meta
+        self.path, self.runtime = path, runtime
+        self.meta = _metadata(path) if meta is None else meta
         _check_graph(path, self.meta, (self.graph, ))
         self.dataset_meta = self._json('dataset_meta')
         if 'palette' in self.dataset_meta:  # colours are tuples, not lists
@@ -39,7 +40,11 @@ class ExportedModel:
                 tuple(c) for c in self.dataset_meta['palette']]
         self.visualizer_cfg = self._json('visualizer')
         self.pipeline = self._pipeline(self._json('test_pipeline'))
-        self.run = runtime_session(runtime, path, threads)
+        try:
+            self.run = runtime_session(runtime, path, threads)
+        except Exception as error:  # the runtimes' errors have many types
+            raise UserError(f'{runtime} cannot load {path}: '
+                            f'{first_line(error)}') from error
 
     def _json(self, key: str):
         return json.loads(self.meta[f'xcit_dense.{key}'])
@@ -62,6 +67,15 @@ class ExportedModel:
     def infer(self, image: torch.Tensor, sample):
         """Predictions for one image as the test pipeline gives it
         (``(3, H, W)`` pixel values) added to its data sample."""
+        fixed = self.run.input_shape[2:]
+        if None not in fixed and list(image.shape[-2:]) != fixed:
+            raise UserError(
+                f'{self.path} was exported for {fixed[0]}x{fixed[1]} '
+                f'images, and the test pipeline gives this one '
+                f'({getattr(sample, "img_path", None) or "an image"}) at '
+                f'{image.shape[-2]}x{image.shape[-1]}: export it with '
+                f'--dynamic (any size), or with --shape H W of the size '
+                f"the config's test pipeline gives every image.")
         outputs = self.run(image[None].float().numpy())
         return self.postprocess([torch.from_numpy(o) for o in outputs],
                                 sample)
@@ -98,7 +112,11 @@ class ExportedDetector(ExportedModel):
     scope = 'mmdet'
 
     def postprocess(self, outputs, sample):
+        from mmdet.models.utils import samplelist_boxtype2tensor
         from mmengine.structures import InstanceData
+        # as mmdet's data preprocessor leaves them: the ground truth's boxes
+        # as tensors (what its visualizer draws)
+        samplelist_boxtype2tensor([sample])
         boxes, scores, labels, probs = outputs
         scale = boxes.new_tensor(sample.scale_factor).repeat(2)
         boxes = boxes / scale
@@ -129,9 +147,19 @@ def load_exported(path: str, runtime: str = 'onnxruntime',
     """The exported segmentor or detector in ``path``, by the graph its
     metadata names."""
     kinds = {k.graph: k for k in (ExportedSegmentor, ExportedDetector)}
-    meta = read_metadata(path)
+    meta = _metadata(path)
     graph = _check_graph(path, meta, tuple(kinds))
     return kinds[graph](path, runtime, threads, meta)
+
+
+def _metadata(path: str) -> Dict[str, str]:
+    """:func:`read_metadata`, or one paragraph where ``path`` is no ONNX
+    file."""
+    try:
+        return read_metadata(path)
+    except Exception as error:  # protobuf's DecodeError, onnx's, OSError
+        raise UserError(f'{path} cannot be read as an ONNX file: '
+                        f'{first_line(error)}') from error
 
 
 def _check_graph(path: str, meta: Dict[str, str],

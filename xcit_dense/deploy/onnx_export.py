@@ -31,6 +31,8 @@ from .runtimes import onnxruntime_session
 TOLERANCE = 1e-4
 INPUT_NAME = 'input'
 MIN_SIZE, MAX_SIZE = 32, 8192
+#: the least opset PyTorch's ONNX exporter (dynamo) writes these graphs in
+MIN_OPSET = 18
 
 
 def check_requirements() -> None:
@@ -166,11 +168,16 @@ def _export(graph: nn.Module, path: str, example: torch.Tensor,
                 dynamo=True, verbose=False)
             # what the file records of its graph, written with it
             onnx_program.model.metadata_props.update(graph.metadata())
+            written = onnx_program.model.opset_imports.get('')
             onnx_program.save(path, external_data=False)
         except Exception as e:
             raise ExportError(f'torch.onnx.export cannot translate '
                               f'{type(graph).__name__} to ONNX: '
                               f'{first_line(e)}') from e
+    if written != opset:  # the exporter converts where it can, else not
+        raise ExportError(f'Opset {opset} was asked for and PyTorch\'s '
+                          f'exporter wrote opset {written} (it could not '
+                          f'convert the graph); give --opset {written}.')
 
 
 def verify_onnx(path: str, graph: nn.Module, batch: int,
@@ -185,7 +192,11 @@ def verify_onnx(path: str, graph: nn.Module, batch: int,
     (see :mod:`.detection_check`) on the input of each size and on
     ``images`` (pixel values ``(1, 3, H, W)``: a dataset's, or more
     synthetic ones). Returns one row per check and output."""
-    session = onnxruntime_session(path)
+    try:
+        session = onnxruntime_session(path)
+    except Exception as e:  # an opset or operator it does not run
+        raise ExportError(f'onnxruntime cannot load the exported file: '
+                          f'{first_line(e)}') from e
     if isinstance(graph, DetectorGraph):
         checks = [example_input(graph, batch, height, width,
                                 seed=height * width)

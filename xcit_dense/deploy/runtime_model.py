@@ -3,6 +3,7 @@
 and metrics as it evaluates a checkpoint."""
 from mmengine.model import BaseModel
 
+from ..errors import UserError
 from ..registry import MODELS
 from .exported_models import load_exported
 
@@ -18,9 +19,15 @@ class RuntimeModel(BaseModel):
     model, is not used: the file holds its own."""
 
     def __init__(self, file: str, runtime: str = 'onnxruntime',
-                 threads=None, data_preprocessor=None):
+                 threads=None, data_preprocessor=None, scope=None):
         super().__init__()
         self.exported = load_exported(file, runtime, threads)
+        if scope is not None and self.exported.scope != scope:
+            raise UserError(
+                f'{file} holds a {self.exported.graph} (an '
+                f'{self.exported.scope} model), and the config is an '
+                f'{scope} one: test it with the config it was exported '
+                f'from.')
 
     def test_step(self, data):
         return [self.exported.infer(image, sample) for image, sample in

@@ -22,11 +22,18 @@ def onnxruntime_session(path: str, threads: Optional[int] = None):
 def runtime_session(runtime: str, path: str, threads: Optional[int] = None
                     ) -> Callable[[np.ndarray], List[np.ndarray]]:
     """A callable ``f(numpy input) -> list of numpy outputs`` running the
-    ONNX file on ``runtime`` (one of :data:`RUNTIMES`), in fp32."""
+    ONNX file on ``runtime`` (one of :data:`RUNTIMES`), in fp32; its
+    ``input_shape`` is the file's input shape, ``None`` for each free
+    dimension."""
     if runtime == 'onnxruntime':
         session = onnxruntime_session(path, threads)
-        name = session.get_inputs()[0].name
-        return lambda x: session.run(None, {name: x})
+        first = session.get_inputs()[0]
+
+        def run(x):
+            return session.run(None, {first.name: x})
+        run.input_shape = [d if isinstance(d, int) else None
+                           for d in first.shape]
+        return run
     import openvino as ov
     config = {'INFERENCE_PRECISION_HINT': 'f32'}
     if threads:
@@ -37,6 +44,8 @@ def runtime_session(runtime: str, path: str, threads: Optional[int] = None
     def run(x):
         results = request.infer([x])  # one inference, all outputs
         return [results[o] for o in compiled.outputs]
+    run.input_shape = [d.get_length() if d.is_static else None
+                       for d in compiled.inputs[0].get_partial_shape()]
     return run
 
 

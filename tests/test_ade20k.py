@@ -159,7 +159,8 @@ def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
                          '--work-dir', tmp_path / 'out_file', '--out',
                          maps[0])
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr
-    assert 'label maps (PNG); ' in proc.stderr.splitlines()[-1]
+    assert 'is a file; --out names the folder to write.' in \
+        proc.stderr.splitlines()[-1]
     assert not (tmp_path / 'out_file').exists()
 
 

@@ -174,6 +174,31 @@ def test_benchmark_rejects_counts_below_one(option, value, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize('option,value,message', [
+    ('--sizes', '0x0', 'size must be HxW with H, W >= 1'),
+    ('--timeout', '0', '0 is not a number of seconds > 0'),
+    ('--matmul-size', '0', "expected a positive integer, got '0'"),
+    ('--threads', '0', "expected a positive integer, got '0'")])
+def test_benchmark_rejects_sizes_and_limits_below_one(option, value, message,
+                                                      tmp_path):
+    """Refused by argparse before the reference matmul runs (a 0x0 size
+    ran it, then recorded an error row and exited 0)."""
+    proc = run_tool_here('tools/benchmark.py', '--models', 'xcit_nano_12_p16',
+                         option, value, '--out-dir', tmp_path)
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_benchmark_out_dir_that_is_a_file(tmp_path):
+    a_file = tmp_path / 'results'
+    a_file.write_text('')
+    proc = run_tool_here('tools/benchmark.py', '--models', 'xcit_nano_12_p16',
+                         '--out-dir', a_file)
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert 'is a file; --out-dir names the folder to write.' in proc.stderr
+
+
 def test_benchmark_rejects_bad_names(tmp_path):
     import runpy
 

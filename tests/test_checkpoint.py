@@ -303,6 +303,18 @@ def test_converter_tool(timm_nano, tmp_path):
                                               intermediates_only=True)
         for a, b in zip(model.forward_taps(x), ref):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    # a DST it cannot write: one paragraph before anything is read, and no
+    # file left (written under a temporary name, then moved into place)
+    for bad, message in [(tmp_path / 'out.txt', 'DST names the file to '
+                          'write, ending in .pth'),
+                         (src, 'DST is SRC'),
+                         (dst / 'x.pth', 'is a file, not a folder')]:
+        proc = run_tool_here('tools/convert_checkpoint.py', src, bad,
+                             cwd=tmp_path)
+        assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+        assert message in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['backbone.pth',
+                                                           'dino.pth']
 
 
 def test_convert_state_dict_is_pure():

@@ -245,6 +245,19 @@ def test_demo_tool_refuses_a_device_not_here(tmp_path):
         assert re.search(message, proc.stderr), proc.stderr
 
 
+def test_runtime_is_for_an_exported_file(trained, tmp_path):
+    """--runtime with a checkpoint (run by PyTorch) is refused, not
+    silently ignored."""
+    cfg, work, *_ = trained
+    for tool, args in [('tools/test.py', ()),
+                       ('tools/demo.py', ('--out', tmp_path / 'x.png'))]:
+        first = (tmp_path / 'a.png', ) if tool == 'tools/demo.py' else ()
+        proc = run_tool_here(tool, *first, cfg, work / 'iter_4.pth', *args,
+                             '--runtime', 'openvino')
+        _fails_cleanly(proc, '--runtime chooses the runtime of an .onnx '
+                       'file')
+
+
 def test_demo_tool_refuses_what_is_no_image(trained, tmp_path):
     cfg, work, *_ = trained
     not_image = tmp_path / 'notes.png'

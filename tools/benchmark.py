@@ -120,17 +120,29 @@ from xcit_dense.benchmark import (  # noqa: E402
 from xcit_dense.benchmark.matmul import matmul_rates  # noqa: E402
 from xcit_dense.benchmark.names import DETECTORS, PEERS  # noqa: E402
 from xcit_dense.benchmark.published import load_published_code  # noqa: E402
-from xcit_dense.cli import run_cli  # noqa: E402
+from xcit_dense.cli import check_output, positive_int, run_cli  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 
 
 def parse_size(text):
     try:
         h, w = text.lower().split('x')
-        return int(h), int(w)
+        h, w = int(h), int(w)
     except ValueError:
+        h = w = 0
+    if min(h, w) < 1:
         raise argparse.ArgumentTypeError(
-            f'size must be HxW (e.g. 800x1344), got {text!r}')
+            f'size must be HxW with H, W >= 1 (e.g. 800x1344), got {text!r}')
+    return h, w
+
+
+def positive_seconds(text):
+    """An argparse type: a number of seconds > 0."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f'{text} is not a number of '
+                                         'seconds > 0')
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,16 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--modes', nargs='+', choices=['infer', 'train'],
                         default=['infer', 'train'])
     parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
-    parser.add_argument('--threads', type=int, default=os.cpu_count())
+    parser.add_argument('--threads', type=positive_int,
+                        default=os.cpu_count())
     parser.add_argument('--repeat', type=int, default=3)
     parser.add_argument('--warmup', type=int, default=1)
     parser.add_argument('--rounds', type=int, default=1,
                         help='measure the whole list this many times, '
                         'interleaved (fresh processes), and report the '
                         'round with the median time')
-    parser.add_argument('--timeout', type=float, default=900,
+    parser.add_argument('--timeout', type=positive_seconds, default=900,
                         help='seconds per measurement')
-    parser.add_argument('--matmul-size', type=int, default=4096,
+    parser.add_argument('--matmul-size', type=positive_int, default=4096,
                         help='N of the N x N reference matmul')
     parser.add_argument('--out-dir', default='work_dirs/benchmark')
     parser.add_argument('--published-code', metavar='XCIT_PY',
@@ -209,6 +222,7 @@ def main():
     parser = build_parser()
     args = parser.parse_args()
     check_args(parser, args)
+    check_output(args.out_dir, '--out-dir', folder=True)
     os.makedirs(args.out_dir, exist_ok=True)
     try:
         matmul = matmul_rates(args.device, args.matmul_size, args.repeat,

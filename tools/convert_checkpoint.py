@@ -22,7 +22,6 @@ Examples::
         checkpoints/mask_rcnn_xcit_s12_p16_3x_coco.pth
 """
 import argparse
-import os
 import os.path as osp
 import sys
 import time
@@ -32,6 +31,10 @@ import torch
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense import ARCH_SETTINGS, XCiT, __version__  # noqa: E402
+from xcit_dense.atomic_files import (  # noqa: E402
+    move_into_place,
+    unverified_file,
+)
 from xcit_dense.checkpoint import (  # noqa: E402
     convert_state_dict,
     extract_state_dict,
@@ -45,7 +48,7 @@ from xcit_dense.checkpoint.published import (  # noqa: E402
     convert_published,
     is_published,
 )
-from xcit_dense.cli import load_config, run_cli  # noqa: E402
+from xcit_dense.cli import check_output, load_config, run_cli  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.model_index import model_for_weights  # noqa: E402
 
@@ -107,18 +110,27 @@ def convert_whole_model(args, raw):
                         '.safetensors.')
     meta = dict(converted['meta'], source=osp.basename(args.src),
                 config=osp.basename(config), xcit_dense_version=__version__)
-    os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
     step(f'writing {args.dst}')
-    torch.save(dict(meta=meta, state_dict=weights), args.dst)
+    with unverified_file(args.dst, '.pth') as partial:
+        torch.save(dict(meta=meta, state_dict=weights), partial)
+        move_into_place(partial, args.dst)
     step(f'done: {len(weights)} tensors, '
          f'{osp.getsize(args.dst) / 2**20:.1f} MiB')
 
 
 def main():
     args = parse_args()
+    if not args.dst.endswith(('.pth', '.safetensors')):
+        raise UserError(f'DST names the file to write, ending in .pth (an '
+                        f'mmengine checkpoint) or .safetensors; got '
+                        f'{args.dst}.')
+    check_output(args.dst, 'DST')
     src = local_checkpoint(args.src)
     if not osp.isfile(src):
         raise UserError(f'Checkpoint file not found: {args.src}')
+    if osp.exists(args.dst) and osp.samefile(src, args.dst):
+        raise UserError(f'DST is SRC ({args.dst}): the converted weights '
+                        'go to a file of their own.')
     step(f'reading {args.src} ({osp.getsize(src) / 2**20:.1f} MiB)')
     raw = read_checkpoint(src)
     if is_published(raw):
@@ -159,16 +171,17 @@ def main():
         print(f'\r  copying [{bar:<30}] {i}/{len(to_load)} tensors, '
               f'{done / 1e6:.1f}M parameters', end='', flush=True)
     print()
-    os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
     meta = dict(source=osp.basename(args.src), source_format=fmt,
                 arch=arch or '', xcit_dense_version=__version__)
     step(f'writing {args.dst}')
-    if args.dst.endswith('.safetensors'):
-        from safetensors.torch import save_file
-        save_file(out, args.dst, metadata=meta)
-    else:
-        meta['dropped'] = sorted(dropped)
-        torch.save({'state_dict': out, 'meta': meta}, args.dst)
+    with unverified_file(args.dst, osp.splitext(args.dst)[1]) as partial:
+        if args.dst.endswith('.safetensors'):
+            from safetensors.torch import save_file
+            save_file(out, partial, metadata=meta)
+        else:
+            meta['dropped'] = sorted(dropped)
+            torch.save({'state_dict': out, 'meta': meta}, partial)
+        move_into_place(partial, args.dst)
     step(f'done: {osp.getsize(args.dst) / 2**20:.1f} MiB')
 
 

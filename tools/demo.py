@@ -27,6 +27,7 @@ import mmcv  # noqa: E402
 from xcit_dense.cli import (  # noqa: E402
     add_cfg_options,
     check_display,
+    check_output,
     load_config,
     run_cli,
     seconds,
@@ -66,8 +67,8 @@ def parse_args():
     parser.add_argument('--opacity', type=float, default=0.5,
                         help='segmentation: opacity of the label map')
     parser.add_argument('--runtime', choices=RUNTIMES,
-                        default='onnxruntime',
-                        help='the runtime of an .onnx file')
+                        help='the runtime of an .onnx file (default: '
+                        'onnxruntime)')
     add_cfg_options(parser)
     args = parser.parse_args()
     if args.out is None and not args.show:
@@ -106,6 +107,7 @@ def images_and_outputs(image, out):
             raise UserError(f'No image in the folder {image} (files ending '
                             f'in {", ".join(IMAGE_EXTENSIONS)}).')
         if out is not None:
+            check_output(out, '--out', folder=True)
             os.makedirs(out, exist_ok=True)
         return [(osp.join(image, n), out and osp.join(out, drawing_name(n)))
                 for n in names]
@@ -120,6 +122,7 @@ def images_and_outputs(image, out):
                 f'ending in {", ".join(DRAWING_EXTENSIONS)}, or into a '
                 "folder (an existing one, or a path without an extension) "
                 "under the image's name.")
+        check_output(out, '--out')
         os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
     return [(image, out)]
 
@@ -148,15 +151,18 @@ def main():
         raise UserError('CHECKPOINT is missing: a config needs the '
                         'checkpoint of its trained model (an .onnx file '
                         'needs none).')
+    elif args.runtime is not None:
+        raise UserError('--runtime chooses the runtime of an .onnx file; a '
+                        'config and checkpoint are run by PyTorch.')
     if args.show:
         check_display(instead='--out')
     pairs = images_and_outputs(args.image, args.out)
     first = read_image(pairs[0][0])  # named before the model is built
     if args.config.endswith('.onnx'):
-        model = load_exported(args.config, args.runtime)
+        model = load_exported(args.config, args.runtime or 'onnxruntime')
         visualizer, meta, scope = (model.visualizer_cfg, model.dataset_meta,
                                    model.scope)
-        predict, how = model.predict, f' ({args.runtime})'
+        predict, how = model.predict, f' ({model.runtime})'
     else:
         cfg = load_config(args.config, args.cfg_options)
         checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')

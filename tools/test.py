@@ -20,6 +20,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 from xcit_dense.cli import (  # noqa: E402
     add_run_arguments,
     check_display,
+    check_output,
     config_from_args,
     run_cli,
     seconds,
@@ -59,8 +60,8 @@ def parse_args():
         'model, its tta_pipeline as the test pipeline (as mmdet\'s and '
         'mmseg\'s tools/test.py)')
     parser.add_argument(
-        '--runtime', choices=RUNTIMES, default='onnxruntime',
-        help='the runtime of an .onnx CHECKPOINT')
+        '--runtime', choices=RUNTIMES,
+        help='the runtime of an .onnx CHECKPOINT (default: onnxruntime)')
     add_run_arguments(parser)
     return parser.parse_args()
 
@@ -119,7 +120,9 @@ def use_exported_model(cfg, args):
                         'give a checkpoint, not an .onnx file, with a TTA '
                         'config.')
     cfg.model = dict(type='xcit_dense.RuntimeModel',
-                     file=osp.abspath(args.checkpoint), runtime=args.runtime)
+                     file=osp.abspath(args.checkpoint),
+                     runtime=args.runtime or 'onnxruntime',
+                     scope=cfg.default_scope)
 
 
 def main():
@@ -130,6 +133,9 @@ def main():
     exported = args.checkpoint.endswith('.onnx')
     if exported:
         use_exported_model(cfg, args)
+    elif args.runtime is not None:
+        raise UserError(f'--runtime chooses the runtime of an .onnx file; '
+                        f'{args.checkpoint} is run by PyTorch.')
     # a URL is downloaded once into torch's hub cache, as mmdet does
     checkpoint = None if exported else check_checkpoint(
         args.checkpoint, 'checkpoint to test')
@@ -155,15 +161,14 @@ def main():
             if not args.out.endswith(('.pkl', '.pickle')):
                 raise UserError('--out for detection must be a .pkl file, '
                                 f'got {args.out}')
+            check_output(args.out, '--out')
             evaluators = cfg.test_evaluator if isinstance(
                 cfg.test_evaluator, list) else [cfg.test_evaluator]
             cfg.test_evaluator = evaluators + [
                 dict(type='DumpDetResults', out_file_path=args.out)]
         else:
-            if osp.exists(args.out) and not osp.isdir(args.out):
-                raise UserError(
-                    '--out for segmentation is a directory for the '
-                    f'predicted label maps (PNG); {args.out} is a file.')
+            # a folder for the predicted label maps (PNG)
+            check_output(args.out, '--out', folder=True)
             cfg.test_evaluator['output_dir'] = args.out
             cfg.test_evaluator['keep_results'] = True
 

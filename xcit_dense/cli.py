@@ -10,6 +10,7 @@ import gc
 import os
 import os.path as osp
 import sys
+import tempfile
 import warnings
 from typing import Optional
 
@@ -119,6 +120,30 @@ def torch_device(text: str) -> str:
 
 #: matplotlib's backends that draw into files and open no window
 FILE_BACKENDS = ('agg', 'cairo', 'pdf', 'pgf', 'ps', 'svg', 'template')
+
+
+def check_output(path: str, option: str, folder: bool = False) -> None:
+    """``path`` (``option``'s value) can be written, as a file or, with
+    ``folder``, a folder, before the tool's work rather than after it: not
+    the other kind where it exists, under no file, and in a folder this
+    process can write in (the missing folders are made when it writes)."""
+    path = osp.abspath(path)
+    if osp.exists(path) and osp.isdir(path) != folder:
+        raise UserError(
+            f'{option} {path} is a {"file" if folder else "folder"}; '
+            f'{option} names the {"folder" if folder else "file"} to write.')
+    parent = osp.dirname(path)
+    while not osp.exists(parent):
+        parent = osp.dirname(parent)
+    if not osp.isdir(parent):
+        raise UserError(f'{option} {path} cannot be written: {parent} is a '
+                        'file, not a folder.')
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as error:
+        raise UserError(f'{option} {path} cannot be written: this process '
+                        f'cannot write in {parent} ({error.strerror}).')
 
 
 def check_display(instead: str) -> None:

@@ -148,6 +148,34 @@ def test_iteration_loop_sigkill_then_resume_is_exact(uninterrupted,
     _assert_same_state(reference / 'iter_6.pth', work / 'iter_6.pth')
 
 
+def test_epoch_resumed_where_an_epoch_has_other_iterations(uninterrupted,
+                                                           tmp_path):
+    """A checkpoint of the epoch loop resumed where an epoch has another
+    number of iterations (the batch size doubled here; another number of
+    processes likewise): in the middle of an epoch it continues after
+    about the same share of the epoch's samples, said in the log; at an
+    epoch's end the next epoch starts; the run ends (it failed with
+    StopIteration, or trained an epoch of nothing)."""
+    import shutil
+    config, work = uninterrupted['epoch']
+    for saved, message in [
+            (2, "Resuming epoch 1 after iteration 2 of 4, and this run's "
+                'epoch has 2 iterations (the number of processes or the '
+                'batch size changed): it continues after iteration 1 of 2'),
+            (4, None)]:
+        resumed = tmp_path / f'resumed_{saved}'
+        resumed.mkdir()
+        shutil.copy(work / f'iter_{saved}.pth', resumed)
+        log = _train(config, resumed, '--resume', '--cfg-options',
+                     'train_dataloader.batch_size=4')
+        assert f'resumed epoch: 0, iter: {saved}' in log
+        assert (message in log) if message else 'Resuming epoch' not in log
+        first = re.findall(r'Epoch\(train\) \[1\]\[(\d+)/2\]', log)
+        assert first == (['2'] if message else []), first
+        assert re.findall(r'Epoch\(train\) \[2\]\[(\d+)/2\]', log) == \
+            ['1', '2']
+
+
 def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
                                                                tmp_path):
     config, reference = uninterrupted['epoch']

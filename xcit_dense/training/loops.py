@@ -20,8 +20,10 @@ resume in the middle of the epoch. Use them as
 mmengine's.
 """
 import copy
+import logging
 
 from mmengine.dist import get_rank
+from mmengine.logging import print_log
 from mmengine.registry import DATASETS
 from mmengine.runner import EpochBasedTrainLoop as MMEngineEpochLoop
 from mmengine.runner import IterBasedTrainLoop as MMEngineIterLoop
@@ -30,6 +32,10 @@ from ..registry import LOOPS
 from .sampling import SeededSamples
 from .seeding import ITERATION, position_seed, seed_everything
 from .workers import tolerate_stop_signal
+
+#: the message hub's record of the epoch in progress: [epoch, the iteration
+#: it began after, its length in iterations]
+EPOCH_STARTED = 'xcit_dense.epoch_started'
 
 
 def resumable_dataloader(runner, dataloader):
@@ -142,7 +148,12 @@ class EpochBasedTrainLoop(_Resumable, MMEngineEpochLoop):
         self.runner.call_hook('before_train_epoch')
         self.runner.model.train()
         self.dataloader.batch_sampler.set_epoch(self._epoch)
-        done = self._iter - self._epoch * len(self.dataloader)
+        done = self._done_in_epoch(len(self.dataloader))
+        # where this epoch began and its length, in the checkpoints (the
+        # message hub's runtime information is saved and resumed with them)
+        hub = self.runner.message_hub
+        hub.update_info(EPOCH_STARTED, [self._epoch, self._iter - done,
+                                        len(self.dataloader)])
         iterator = self._iterate_from(done, iter)
         for idx in range(done, len(self.dataloader)):
             data_batch = next(iterator)
@@ -153,3 +164,34 @@ class EpochBasedTrainLoop(_Resumable, MMEngineEpochLoop):
         self.runner.call_hook('after_train_epoch')
         self._epoch += 1
         return True
+
+    def _done_in_epoch(self, length: int) -> int:
+        """The iterations of this epoch already trained (a resumed run's;
+        0 for an epoch that starts). With the epoch's length as it was
+        saved (the number of processes and the batch size those of the
+        run that saved it), exactly where it stopped; with another length,
+        after about the same share of the epoch's samples, said in the
+        log (the data order then is not the uninterrupted run's: the
+        samples are split into other batches)."""
+        started = self.runner.message_hub.get_info(EPOCH_STARTED)
+        if started is None:  # a run that starts, or a checkpoint saved
+            # before epochs were recorded (all of one length)
+            done = self._iter - self._epoch * length
+            return done if 0 <= done < length else 0
+        if started[0] != self._epoch:  # the epoch recorded has ended
+            return 0
+        _, start, saved_length = started
+        done = self._iter - start
+        if saved_length == length:
+            return done
+        if done >= saved_length:  # saved at its end: it ends here too
+            return length
+        resumed = done * length // saved_length
+        print_log(
+            f'Resuming epoch {self._epoch + 1} after iteration {done} of '
+            f'{saved_length}, and this run\'s epoch has {length} iterations '
+            f'(the number of processes or the batch size changed): it '
+            f'continues after iteration {resumed} of {length}, about the '
+            f'same share of the epoch\'s samples, not in the uninterrupted '
+            f'run\'s data order.', logger='current', level=logging.WARNING)
+        return resumed

@@ -427,7 +427,7 @@ def test_inductor_compiles_dynamic_shapes_without_its_failing_analysis(
 def test_second_derivatives_through_the_compiled_backbone_stop_it(
         monkeypatch):
     """A recorded backward (``create_graph=True``) through the compiled
-    backbone, whose backward AOTAutograd computes once (PyTorch 2.11 on the
+    backbone, whose backward AOTAutograd computes once (PyTorch 2.12 on the
     CPU raised its donated-buffers error there): that step stops with a
     message naming ``compile_cfg=None`` and the backbone runs eagerly from
     the next; a plain backward, and Dynamo's ``'eager'`` backend (no

@@ -148,6 +148,29 @@ def test_iteration_loop_sigkill_then_resume_is_exact(uninterrupted,
     _assert_same_state(reference / 'iter_6.pth', work / 'iter_6.pth')
 
 
+def test_launcher_names_a_bad_count_and_a_busy_port(tmp_path):
+    """``dist_train.sh`` / ``dist_test.sh``: no count, 0, or a flag where the
+    count goes, and a port another process listens on, are one line each
+    before torchrun starts (its tracebacks: 'Unsupported nproc_per_node
+    value', a bare AssertionError, EADDRINUSE)."""
+    import socket
+    for args in [('x.py', ), ('x.py', '0'), ('x.py', '--work-dir')]:
+        proc = run_tool('tools/dist_train.sh', *args)
+        assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+        assert 'must be a positive integer' in proc.stderr, proc.stderr
+    proc = run_tool('tools/dist_test.sh', 'x.py', 'x.pth', 'two')
+    assert "must be a positive integer; got 'two'" in proc.stderr
+    with socket.socket() as busy:
+        busy.bind(('127.0.0.1', 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = run_tool('tools/dist_train.sh', 'x.py', '2',
+                        env=dict(PORT=str(port)))
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+    assert f'error: port {port} on 127.0.0.1' in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_epoch_resumed_where_an_epoch_has_other_iterations(uninterrupted,
                                                            tmp_path):
     """A checkpoint of the epoch loop resumed where an epoch has another

@@ -21,6 +21,22 @@ if [ -z "${PYTHON:-}" ]; then
   fi
 fi
 
+# A user's mistake is one line, not torchrun's traceback: the count of
+# processes, and (on the first node, which serves the rendezvous) the port.
+case "$NPROC" in
+  ''|*[!0-9]*|0)
+    echo "error: the number of processes per node (GPUS: bash tools/dist_train.sh CONFIG GPUS [ARGS], tools/dist_test.sh CONFIG CHECKPOINT GPUS [ARGS]) must be a positive integer; got '$NPROC'." >&2
+    exit 2 ;;
+esac
+if [ "$NODE_RANK" = 0 ] && ! "$PYTHON" -c '
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))' "$MASTER_ADDR" "$PORT" 2>/dev/null; then
+  echo "error: port $PORT on $MASTER_ADDR, where the first node serves the rendezvous, is in use or cannot be bound (another run's?); set PORT to a free one, e.g. PORT=29501 bash tools/dist_train.sh ..." >&2
+  exit 2
+fi
+
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} \
 exec "$PYTHON" -m torch.distributed.run \
     --nnodes="$NNODES" \

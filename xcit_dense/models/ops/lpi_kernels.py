@@ -489,11 +489,10 @@ class _LocalInteraction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        y, a, w1, b1, w2, b2, gamma, stats, bn_weight, bn_bias = \
-            ctx.saved_tensors
-        H, W, batch, residual = ctx.grid
         if higher_order.recorded():
             return _recorded_backward(ctx, dout)
+        y, a, w1, b1, w2, b2, gamma, stats, _, _ = ctx.saved_tensors
+        H, W, batch, residual = ctx.grid
         B, N, C = y.shape
         tiles, grid = _grid(B, N, C)
         dout = dout.contiguous()
@@ -543,9 +542,8 @@ class _LocalInteraction(torch.autograd.Function):
 def _recorded_backward(ctx, dout: torch.Tensor) -> tuple:
     """:class:`_LocalInteraction`'s gradients, recorded: :func:`_reference`
     differentiated; the residual's gradient is ``dout``."""
-    y, a, w1, b1, w2, b2, gamma, stats, bn_weight, bn_bias = \
-        ctx.saved_tensors
-    H, W, batch, residual = ctx.grid
+    y, _, w1, b1, w2, b2, gamma, _, bn_weight, bn_bias = ctx.saved_tensors
+    H, W, _, residual = ctx.grid
     if ctx.sync[0] is not None:
         raise RuntimeError(
             "Second derivatives of LPI's kernels are not computed for a "

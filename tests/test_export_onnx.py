@@ -386,3 +386,36 @@ def test_bad_input_is_one_paragraph(args, message):
     assert proc.returncode == 1
     assert err.startswith('error: ') and message in err
     assert 'Traceback' not in err and err.count('\n') == 1
+
+
+def _export_tool():
+    from importlib import util
+    spec = util.spec_from_file_location('export_onnx',
+                                        REPO / 'tools/export_onnx.py')
+    tool = util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+@pytest.mark.parametrize('config, options, whole, shape', [
+    # the demo's test images are 128x128: a fixed export takes them
+    ('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', {}, True,
+     (128, 128)),
+    # COCO's Resize (1333, 800) with keep_ratio: the graph pads to 32 itself
+    ('configs/coco/mask_rcnn_xcit_s12.py', {}, True, (800, 1333)),
+    # without keep_ratio the scale is (W, H)
+    ('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py',
+     {'test_pipeline.1.keep_ratio': False, 'test_pipeline.1.scale':
+      (160, 96)}, True, (96, 160)),
+    # the backbone (and neck) take the padded, normalised input
+    ('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', {}, False,
+     (800, 1344)),
+    ('configs/ade20k/demo_upernet_xcit_nano_synthetic.py', {}, False,
+     (128, 128)),
+])
+def test_default_export_size_is_what_the_test_pipeline_gives(
+        config, options, whole, shape):
+    from xcit_dense.cli import load_config
+    cfg = load_config(str(REPO / config), options)
+    scope = cfg.default_scope
+    assert _export_tool().default_shape(cfg, scope, whole)[0] == shape

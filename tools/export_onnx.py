@@ -79,8 +79,10 @@ def parse_args():
     parser.add_argument('--out', required=True, help='ONNX file to write')
     parser.add_argument(
         '--shape', type=int, nargs=2, metavar=('H', 'W'),
-        help='input height and width (default: 800 1344 for mmdet configs, '
-        'the crop size or 512 512 for mmseg configs)')
+        help='input height and width (default: for a whole detector the '
+        'largest image its test pipeline\'s Resize gives, 800 1333 for '
+        'COCO\'s; for a detector\'s backbone and neck 800 1344; for mmseg '
+        'configs the crop size, or 512 512)')
     parser.add_argument('--batch', type=int, default=1,
                         help='images per call (fixed in the graph)')
     parts = parser.add_mutually_exclusive_group()
@@ -124,8 +126,14 @@ def main():
         raise UserError('--calib is the number of calibration images of '
                         '--int8; give --int8 too, or leave --calib out.')
     args.calib = 32 if args.calib is None else args.calib
-    height, width = args.shape or tuple(cfg.get('crop_size', None) or
-                                        DEFAULT_SHAPE[scope])
+    whole_detector = scope == 'mmdet' and not (args.backbone_only or
+                                               args.backbone_and_neck)
+    if args.shape:
+        height, width = args.shape
+    else:
+        (height, width), why = default_shape(cfg, scope, whole_detector)
+        print(f'exporting at {height}x{width} ({why}; --shape H W for '
+              f'another size{"" if args.dynamic else ", --dynamic for any"})')
     if min(height, width) < 32 or args.batch < 1:
         raise UserError(f'--shape must be at least 32 32 and --batch at '
                         f'least 1, got --shape {height} {width} --batch '
@@ -134,8 +142,6 @@ def main():
         raise UserError('--backbone-and-neck is for mmdet configs (a '
                         'detector\'s FPN); this config is an mmseg one: '
                         'export the whole segmentor, or --backbone-only.')
-    whole_detector = scope == 'mmdet' and not (args.backbone_only or
-                                               args.backbone_and_neck)
     if whole_detector:
         check_detector_batch(args.batch)
     if args.int8:
@@ -183,6 +189,46 @@ def main():
         export_int8(args.out, int8_path, type(graph).__name__,
                     images[:args.calib], images[args.calib:])
         print(f'wrote {int8_path}')
+
+
+def default_shape(cfg, scope: str, whole_detector: bool):
+    """The export size when ``--shape`` is not given, and why: for a whole
+    detector, the largest image the test pipeline's ``Resize`` gives (its
+    ``scale`` as (H, W) without ``keep_ratio``; with it, a landscape image
+    at both limits: 800x1333 for COCO's (1333, 800), 128x128 for the
+    demo's (128, 128)), as the graph takes images before the padding;
+    for mmseg configs the crop size; otherwise :data:`DEFAULT_SHAPE`
+    (COCO's 800x1333 padded to 32, as the backbone and neck take it)."""
+    if scope == 'mmseg' and cfg.get('crop_size'):
+        return tuple(cfg.crop_size), 'the config\'s crop_size'
+    resize = test_resize(cfg) if whole_detector else None
+    if resize is not None:
+        scale = tuple(resize['scale'])
+        if resize.get('keep_ratio'):
+            return (min(scale), max(scale)), (
+                f'the largest image of the test pipeline\'s Resize, scale='
+                f'{scale} with keep_ratio')
+        return (scale[1], scale[0]), (
+            f'the test pipeline\'s Resize, scale={scale} (W, H)')
+    return DEFAULT_SHAPE[scope], 'the default'
+
+
+def test_resize(cfg):
+    """The test pipeline's one ``Resize`` to a fixed ``scale`` (the
+    pipeline recorded in the exported file), or None."""
+    pipeline = cfg.get('test_pipeline') or (
+        cfg.get('test_dataloader') or {}).get('dataset', {}).get('pipeline')
+    resizes = [t for t in pipeline or []
+               if str(t.get('type', '')).split('.')[-1] == 'Resize']
+    if len(resizes) != 1:
+        return None
+    scale = resizes[0].get('scale')
+    if isinstance(scale, int):
+        scale = (scale, scale)
+    if not (isinstance(scale, (tuple, list)) and len(scale) == 2
+            and all(isinstance(s, int) and s > 0 for s in scale)):
+        return None
+    return dict(resizes[0], scale=tuple(scale))
 
 
 def detector_check_images(cfg, size, dynamic: bool, loaded=None):

@@ -89,3 +89,32 @@ def test_model_without_xcit_is_refused():
         dict(layer_decay_rate=0.9))
     with pytest.raises(ValueError, match='exactly one backbone'):
         constructor(nn.Linear(2, 2))
+
+
+def test_parameters_outside_numbered_blocks_are_the_top_layer():
+    """A parameter a user adds under ``blocks`` but outside a numbered block
+    (a prompt, say) goes to the top layer, as timm's layer-decay groups put
+    the names their matchers miss; numbered blocks keep their depth."""
+    import torch
+
+    from xcit_dense import NoDecayOptimWrapperConstructor, XCiT
+    backbone = XCiT(arch='nano_12_p16', depth=4, out_indices=(0, 1, 2, 3))
+    for name, layer in [('patch_embed.proj.0.0.weight', 0),
+                        ('blocks.0.attn.qkv.weight', 1),
+                        ('blocks.2.gamma1', 3), ('blocks.2', 3),
+                        ('blocks.prompt', 5), ('blocks.x.weight', 5),
+                        ('blocks_extra.0.weight', 5), ('fpn1.0.weight', 5)]:
+        assert backbone.layer_id(name) == layer, name
+    backbone.blocks.register_parameter('prompt',
+                                       nn.Parameter(torch.zeros(4, 128)))
+    model = nn.Module()
+    model.backbone = backbone
+    with logged() as records:  # no weight_decay: AdamW's default
+        wrapper = NoDecayOptimWrapperConstructor(
+            dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1.)),
+            dict(layer_decay_rate=0.5))(model)
+    group = next(g for g in wrapper.optimizer.param_groups
+                 if any(p is backbone.blocks.prompt for p in g['params']))
+    assert group['lr'] == 1. and group['weight_decay'] == 0.01
+    assert re.search(r"layer  5: lr scale 1, weight decay the optimizer's "
+                     r'default, \d+ tensors', '\n'.join(records))

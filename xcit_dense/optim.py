@@ -292,7 +292,11 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             f'Layer-wise lr decay {rate} over {top + 1} layers (0: stem and '
             f'positional encoding, 1-{top - 1}: blocks, {top}: pyramid, '
             'neck and heads):', logger='current')
-        for (layer, scale, wd), (n, numel) in sorted(summary.items()):
+        for (layer, scale, wd), (n, numel) in sorted(
+                summary.items(), key=lambda item: (item[0][0], str(item[0]))):
+            # no weight_decay in the config: the optimizer's own default
+            decay = 'the optimizer\'s default' if wd is None else f'{wd:g}'
             print_log(
                 f'  layer {layer:2d}: lr scale {scale:.6g}, weight decay '
-                f'{wd:g}, {n} tensors, {numel} parameters', logger='current')
+                f'{decay}, {n} tensors, {numel} parameters',
+                logger='current')

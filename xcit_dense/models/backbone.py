@@ -14,6 +14,7 @@ It imports neither mmdet nor mmsegmentation; both build it through the
 ``xcit_dense`` registry scope (``dict(type='xcit_dense.XCiT', ...)``).
 """
 import logging
+import re
 from contextlib import nullcontext
 from functools import partial
 from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
@@ -447,12 +448,15 @@ class XCiT(BaseModule):
         """Depth of the parameter ``name`` (relative to the backbone) for
         layer-wise learning-rate decay, as in BEiT and ViTDet: the stem and
         the positional encoding are layer 0, block ``i`` is layer ``i + 1``,
-        everything after the last block (the pyramid, and a detector's neck
-        and heads) is the top, :attr:`num_layers` ``+ 1``."""
+        everything else (the pyramid, a detector's neck and heads, and any
+        name not under a numbered block, as timm's layer-decay groups leave
+        the names its matchers miss) is the top, :attr:`num_layers` ``+ 1``.
+        """
         if name.startswith(('patch_embed.', 'pos_embed.')):
             return 0
-        if name.startswith('blocks.'):
-            return int(name.split('.', 2)[1]) + 1
+        block = re.match(r'blocks\.(\d+)(\.|$)', name)
+        if block is not None:
+            return int(block.group(1)) + 1
         return self.num_layers + 1
 
     @property

@@ -288,6 +288,27 @@ def _fails_cleanly(proc, *patterns):
         assert re.search(pattern, message), message
 
 
+@pytest.mark.parametrize('tool', ['train.py', 'test.py'])
+def test_checkpoint_of_another_model_fails_before_the_work_dir(
+        trained, tmp_path, tool):
+    """Resuming from, or testing, a checkpoint that does not fit the
+    config's model (here: other classes) is one paragraph before the
+    runner writes its work dir (no timestamped log folder, no config
+    dump)."""
+    cfg, work, *_ = trained
+    other = tmp_path / 'work'
+    args = (['--resume', work / 'iter_2.pth'] if tool == 'train.py' else
+            [work / 'iter_2.pth'])
+    first = [args.pop()] if tool == 'test.py' else []
+    proc = run_tool_here(f'tools/{tool}', cfg, *first, '--work-dir', other,
+                         *args, '--cfg-options',
+                         'model.roi_head.bbox_head.num_classes=5')
+    _fails_cleanly(proc, 'The checkpoint does not fit the model of the '
+                   'config', r'roi_head\.bbox_head\.fc_cls\.weight: '
+                   r'checkpoint \(4, 64\) vs model \(6, 64\)')
+    assert not other.exists()
+
+
 @pytest.mark.parametrize('tool,launcher,missing', [
     ('train.py', 'pytorch', 'RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT'),
     ('train.py', 'slurm', 'SLURM_PROCID, SLURM_NTASKS, SLURM_NODELIST'),

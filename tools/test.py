@@ -27,7 +27,7 @@ from xcit_dense.cli import (  # noqa: E402
 )
 from xcit_dense.deploy.runtimes import RUNTIMES  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
-from xcit_dense.preflight import check_checkpoint, check_inputs  # noqa: E402
+from xcit_dense.preflight import check_fits, check_inputs, read_checked  # noqa: E402
 from xcit_dense.runner import (  # noqa: E402
     add_required_hooks,
     build_runner,
@@ -137,9 +137,13 @@ def main():
         raise UserError(f'--runtime chooses the runtime of an .onnx file; '
                         f'{args.checkpoint} is run by PyTorch.')
     # a URL is downloaded once into torch's hub cache, as mmdet does
-    checkpoint = None if exported else check_checkpoint(
-        args.checkpoint, 'checkpoint to test')
+    checkpoint = None
+    if not exported:
+        checkpoint, contents = read_checked(args.checkpoint,
+                                            'checkpoint to test')
     check_inputs(cfg, training=False)
+    if not exported:  # before the runner writes its work dir
+        check_fits(cfg, contents, allow_new_classes=False)
     # The trained weights are loaded whole and strictly by the runner, after
     # its hooks' before_run (EMAHook's average model exists then), as
     # mmdet's and mmseg's test.py load them; no pretrained import needed.

@@ -286,3 +286,38 @@ def check_inputs(cfg, training: bool) -> None:
         if checkpoint is not None and cfg.get('resume') and \
                 is_published(checkpoint):
             refuse_resume(cfg.load_from)
+        if checkpoint is not None:
+            # fine-tuning (load_from alone) may change the classes
+            check_fits(cfg, checkpoint,
+                       allow_new_classes=not cfg.get('resume'))
+
+
+def check_fits(cfg, checkpoint: Mapping, allow_new_classes: bool) -> None:
+    """The weights of ``checkpoint`` (ours or published) must fit the
+    config's model as the runner will check them when it loads them
+    (:class:`~xcit_dense.hooks.CheckpointImportHook`), so that a checkpoint
+    of another model ends the run before its work dir is written. The model
+    is built on PyTorch's meta device (no memory, no weights; 0.2 to 2 s);
+    one that cannot be built there is checked when the runner loads it."""
+    import warnings
+
+    import torch
+
+    from .checkpoint.published import model_weights
+    from .toolkits import use_toolkit
+    model = cfg.get('model') or {}
+    if str(model.get('type', '')).endswith('TTAModel'):
+        model = model.get('module') or {}
+    try:
+        registry = use_toolkit(cfg.get('default_scope'))
+        # the runner builds it again and says what it warns about
+        with warnings.catch_warnings(), torch.device('meta'):
+            warnings.simplefilter('ignore')
+            state = registry.MODELS.build(model).state_dict()
+    except Exception:  # noqa: BLE001 (any error of any model's code)
+        return
+    try:
+        model_weights(checkpoint, state, allow_new_classes,
+                      log=lambda _: None)
+    except CheckpointError as e:
+        raise UserError(str(e)) from e

@@ -468,3 +468,85 @@ def test_straightforward_paths_are_timms_arithmetic():
         ours_tokens, grid = ours.patch_embed(X)
         timm_tokens, timm_grid = timm_stem(X)
     assert grid == timm_grid and torch.equal(ours_tokens, timm_tokens)
+
+
+class DoubledBatchNorm(nn.BatchNorm2d):
+    """A BatchNorm subclass with a forward of its own."""
+
+    def forward(self, x):
+        return 2 * super().forward(x)
+
+
+@pytest.mark.parametrize('where', ['stem', 'pyramid'])
+def test_a_batch_norm_subclass_runs_its_forward_where_norms_fold(where):
+    """In eval mode the stem's and the pyramid's BatchNorms fold into the
+    convolutions before them: a subclass is called, not folded."""
+    model = randomized().eval()
+    old = model.patch_embed.proj[0][1] if where == 'stem' else model.fpn1[1]
+    new = DoubledBatchNorm(old.num_features).eval()
+    new.load_state_dict(old.state_dict())
+    if where == 'stem':
+        model.patch_embed.proj[0][1] = new
+    else:
+        model.fpn1[1] = new
+    with torch.no_grad():
+        assert_outputs_close(model(X), reference(model, X))
+
+
+@pytest.mark.parametrize('gamma,shape', [('gamma1', ()), ('gamma1', (1, 1)),
+                                         ('gamma2', (1, 1)),
+                                         ('gamma3', (1, 1))])
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+def test_layer_scales_of_other_shapes_run_as_written(gamma, shape, mode):
+    """A layer scale that is not one value per channel (a scalar, as
+    ReZero's, or a broadcast (1, 1, C) one) runs as the straightforward
+    computation broadcasts it."""
+    model = randomized()
+    channels = model.blocks[0].gamma1.shape
+    value = torch.full(shape + (channels if shape else ()), 0.5)
+    setattr(model.blocks[0], gamma, nn.Parameter(value))
+    assert_outputs_close(outputs(model, X, mode),
+                         outputs_straightforward(model, X, mode))
+
+
+def outputs_straightforward(model, x, mode):
+    with fast_path(False):
+        return outputs(model, x, mode)
+
+
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+def test_gradients_enabled_inside_inference_mode(mode):
+    """``enable_grad`` inside ``inference_mode`` (autograd records nothing
+    there): the outputs of the straightforward computation, no error."""
+    model = randomized().train(mode == 'train')
+    expected = copy.deepcopy(model)
+    with torch.inference_mode(), torch.enable_grad():
+        outs = model(X)
+        assert not any(o.requires_grad for o in outs)
+    with torch.no_grad(), fast_path(False):
+        refs = expected(X)
+    assert_outputs_close([o.clone() for o in outs], refs)
+
+
+def test_torch_func_transforms():
+    """``torch.func.grad`` of a ``functional_call`` and ``vmap`` give what
+    the straightforward computation gives."""
+    from torch.func import functional_call, grad, vmap
+    model = randomized().eval()
+    params = {k: v.detach() * 1.1 for k, v in model.named_parameters()}
+
+    def loss(p):
+        return sum(o.square().mean()
+                   for o in functional_call(model, p, (X, )))
+
+    got = grad(loss)(params)
+    with fast_path(False):
+        expected = grad(loss)(params)
+    for name in params:
+        torch.testing.assert_close(got[name], expected[name], rtol=0,
+                                   atol=1e-4 * expected[name].abs().max()
+                                   + 1e-12, msg=name)
+    batched = X[:, None]  # two calls of batch 1
+    with torch.no_grad():
+        outs = vmap(model)(batched)
+        assert_outputs_close([o[:, 0] for o in outs], reference(model, X))

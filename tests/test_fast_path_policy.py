@@ -288,6 +288,50 @@ def test_a_trace_records_the_straightforward_computation(taken, setting):
         assert_outputs_close(traced(X), ref(X))
 
 
+@pytest.mark.parametrize('mode', ['eval', 'train'])
+def test_a_dispatch_mode_sees_what_executes(mode):
+    """Under a Python dispatch mode (PyTorch's FLOP counter) the fast paths
+    run in standard operators, which it sees: no oneDNN custom operator
+    (counted as nothing: the default model counted about 13x too few
+    FLOPs), the fast paths' own arithmetic counted (fewer products than the
+    straightforward computation's: folded weights, second moments), the
+    outputs those of the fast paths."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Operators(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(func.namespace)
+            return func(*args, **(kwargs or {}))
+
+    model = randomized().train(mode == 'train')
+    x = torch.randn(2, 3, 256, 256, generator=torch.Generator().manual_seed(0))
+
+    def count(**switches):
+        with fast_path(**switches), FlopCounterMode(display=False) as c, \
+                torch.set_grad_enabled(mode == 'train'):
+            outs = model(x)
+            if mode == 'train':
+                sum(o.sum() for o in outs).backward()
+        return c.get_total_flops()
+
+    seen = Operators()
+    with seen, torch.set_grad_enabled(mode == 'train'):
+        model(x)
+    assert seen.names == {'aten'}
+    fast, standard = count(), count(fused_kernels=False)
+    straightforward = count(enabled=False)
+    assert fast == standard
+    assert 0.8 * straightforward < fast < straightforward
+    with torch.no_grad(), FlopCounterMode(display=False):
+        outs = model.eval()(x)
+    assert_outputs_close(outs, reference(model, x), atol=1e-4)
+
+
 def test_torchscript_onnx_export_of_the_default_model(tmp_path):
     """PyTorch's TorchScript-based ONNX exporter (``dynamo=False``, the
     route of mmdeploy and of older tools) traces the default model: the

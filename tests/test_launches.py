@@ -43,8 +43,12 @@ NO_LAUNCH = frozenset({
 def cudas_path(monkeypatch):
     """CUDA's eager path on the CPU: the Triton kernels (interpreted) and
     the policy's CUDA column (where it differs from the CPU's: the
-    up-sampler's straightforward computation)."""
+    up-sampler's straightforward computation). The counting below is a
+    dispatch mode, for which the fast paths step aside
+    (``policy.operators_observed``); here it stands for CUDA's launches,
+    which watch nothing."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+    monkeypatch.setattr(policy, 'operators_observed', lambda: False)
     for part, devices in policy.POLICY.items():
         monkeypatch.setitem(policy.POLICY, part,
                             dict(devices, cpu=devices['cuda']))

@@ -76,6 +76,13 @@ class XCABlock(nn.Module):
         return x + self.drop_path2(self.gamma2 * self.mlp(self.norm2(x)))
 
     def _fast_path_applies(self, x: torch.Tensor) -> bool:
+        """Exactly this class and its three branch classes, and each layer
+        scale a (C,) tensor, one value per channel (what the branches fold
+        into their weights and kernels; a scalar or broadcast one, ReZero's
+        say, runs as written)."""
+        channels = (x.shape[-1], )
         return policy.applies(self, XCABlock, x) and \
             type(self.attn) is XCA and type(self.local_mp) is LPI and \
-            type(self.mlp) is Mlp
+            type(self.mlp) is Mlp and all(
+                isinstance(g, torch.Tensor) and g.shape == channels
+                for g in (self.gamma1, self.gamma3, self.gamma2))

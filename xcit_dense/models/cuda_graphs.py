@@ -137,9 +137,13 @@ _TORCH = osp.dirname(torch.__file__) + osp.sep
 
 def _capturable(x: torch.Tensor) -> bool:
     """A forward on ``x`` may be captured: a device of :data:`DEVICES`,
-    outside ``torch.compile`` and outside another capture."""
+    outside ``torch.compile``, ``torch.func`` transforms
+    (:func:`~xcit_dense.models.policy.plain_autograd`), dispatch modes
+    (:func:`~xcit_dense.models.policy.operators_observed`) and another
+    capture."""
     return x.device.type in DEVICES and \
         not torch.compiler.is_compiling() and not torch.jit.is_tracing() \
+        and policy.plain_autograd() and not policy.operators_observed() \
         and not (x.is_cuda and torch.cuda.is_current_stream_capturing())
 
 

@@ -5,7 +5,6 @@ from typing import Optional, Type
 
 import torch
 import torch.nn as nn
-from mmengine.model.utils import _BatchNormXd
 from timm.models.xcit import LPI as TimmLPI
 
 from . import policy
@@ -14,12 +13,6 @@ from .ops import layer_norm_kernels, lpi_kernels, onednn
 from .ops.folding import fold_scale
 
 CHANNELS_LAST, KERNELS = 'channels last', 'kernels'
-
-#: The norms LPI's kernels compute: ``nn.BatchNorm2d``, ``nn.SyncBatchNorm``
-#: and mmengine's ``_BatchNormXd``, which mmengine's runner (not distributed)
-#: and ``revert_sync_batchnorm`` put in place of SyncBN: ``_BatchNorm``'s
-#: forward without the check of the input's dimensions.
-BATCH_NORMS = (nn.BatchNorm2d, nn.SyncBatchNorm, _BatchNormXd)
 
 
 class LPI(TimmLPI):
@@ -45,7 +38,7 @@ class LPI(TimmLPI):
       processes for SyncBN, and running averages as the norm's own forward
       keeps them) in fp32, fp16 and bf16; also mmengine's BatchNorm that
       its runner puts in place of SyncBN in one process
-      (:data:`BATCH_NORMS`).
+      (:data:`~xcit_dense.models.policy.BATCH_NORMS`).
     """
     use_fast_path = True
 
@@ -97,9 +90,9 @@ class LPI(TimmLPI):
     def _kernels_apply(self, x: torch.Tensor) -> bool:
         """The Triton kernels compute this module on ``x``: depth-wise 3x3
         convolutions of stride 1 and padding 1 on its channels, exact GELU,
-        one of :data:`BATCH_NORMS` (with more than one value
-        per channel to normalise in training, else its own error is
-        raised), a dtype the kernels are written for, and kernels that
+        one of :data:`~xcit_dense.models.policy.BATCH_NORMS` (with more
+        than one value per channel to normalise in training, else its own
+        error is raised), a dtype the kernels are written for, and kernels that
         compile and run for it (:func:`.lpi_kernels.works`)."""
         B, N, C = x.shape
         bn = self.bn
@@ -110,7 +103,7 @@ class LPI(TimmLPI):
                 c.stride == (1, 1) and c.padding == (1, 1)
                 for c in (self.conv1, self.conv2)) and \
             policy.is_exact_gelu(self.act) and \
-            type(bn) in BATCH_NORMS and \
+            type(bn) in policy.BATCH_NORMS and \
             bn.num_features == C and \
             not ((bn.training or bn.running_mean is None) and B * N == 1) and \
             lpi_kernels.works(x.device, dtype, bn, x.dtype)

@@ -41,6 +41,7 @@ from typing import Dict, FrozenSet, Iterator, Optional, Union
 
 import torch
 import torch.nn as nn
+from mmengine.model.utils import _BatchNormXd
 from timm.layers import DropPath
 from torch.utils.module_tracker import ModuleTracker
 
@@ -106,10 +107,23 @@ def kernel_dtype(x: torch.Tensor) -> torch.dtype:
 
 def on_kernel_device(x: torch.Tensor) -> bool:
     """``x`` is on one of :data:`KERNEL_DEVICES`, outside ``torch.compile``
-    (which takes the modules' other fast paths): where a module's Triton
-    kernels are its fast path, for the :data:`KERNEL_DTYPES`."""
+    (which takes the modules' other fast paths) and where no dispatch mode
+    watches the operators (:func:`operators_observed`): where a module's
+    Triton kernels are its fast path, for the :data:`KERNEL_DTYPES`."""
     return x.device.type in KERNEL_DEVICES and \
-        not torch.compiler.is_compiling()
+        not torch.compiler.is_compiling() and not operators_observed()
+
+
+def operators_observed() -> bool:
+    """A Python dispatch mode sees the operators that run now (PyTorch's
+    ``FlopCounterMode``, a debug or logging ``TorchDispatchMode``), outside
+    ``torch.compile``'s tracing. The fast paths then run in PyTorch's
+    standard operators, with their own arithmetic (folded weights, XCA's
+    second moments), not as oneDNN's custom operators, Triton kernels or
+    CUDA graph replays, which such a mode cannot see into (the FLOP counter
+    counted them as nothing): what the mode sees is what executes."""
+    return not torch.compiler.is_compiling() and \
+        torch._C._len_torch_dispatch_stack() > 0
 
 
 #: ``XCiT(compile_cfg='auto')``: the ``torch.compile`` arguments per device
@@ -239,7 +253,7 @@ def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
     ``get_model_complexity_info``, and with it mmdet's and mmseg's
     ``get_flops.py``; fvcore); a fast path's oneDNN calls cannot be traced,
     and its choices by input size would be frozen into the trace."""
-    if torch.jit.is_tracing():
+    if torch.jit.is_tracing() or not plain_autograd():
         return False
     setting = combined(SWITCHES.fast_path, module.use_fast_path)
     if setting is False or type(module) is not cls:
@@ -247,6 +261,28 @@ def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
     return (setting == 'always' or pays(
         cls.__name__, x.device.type, torch.compiler.is_compiling())) and \
         not customised_below(module)
+
+
+def plain_autograd() -> bool:
+    """Autograd as the fast paths are written for: no ``torch.func``
+    transform active (``grad``, ``jacrev``, ``vmap``, ``functional_call``
+    under them: the fast paths' autograd functions define no
+    ``setup_context`` nor batching rule, and their layouts are chosen for
+    plain tensors) and not gradients enabled inside ``inference_mode``
+    (where autograd records nothing, while the fast paths read grad mode
+    to choose their functions, which cannot save inference tensors). There
+    the modules run their straightforward computation, as PyTorch's own
+    fast paths (``nn.MultiheadAttention``'s) step aside for what they were
+    not written for. Inside ``torch.compile``'s tracing the compiler
+    decides (and cannot trace these queries)."""
+    if torch.compiler.is_compiling():
+        return True
+    transformed = getattr(torch._C, '_are_functorch_transforms_active',
+                          None)
+    if transformed is not None and transformed():
+        return False
+    return not (torch.is_inference_mode_enabled() and
+                torch.is_grad_enabled())
 
 
 def forced(module: nn.Module) -> bool:
@@ -369,6 +405,22 @@ def is_plain_layer_norm(norm: nn.Module, channels: int) -> bool:
         tuple(norm.normalized_shape) == (channels,) and \
         norm.weight is not None and norm.bias is not None and \
         not _customised(norm)
+
+
+#: The BatchNorms the fast paths compute from their parameters and
+#: statistics (folded into the convolution before them in eval mode, or in
+#: LPI's kernels): ``nn.BatchNorm2d``, ``nn.SyncBatchNorm`` and mmengine's
+#: ``_BatchNormXd``, which mmengine's runner (not distributed) and
+#: ``revert_sync_batchnorm`` put in place of SyncBN: ``_BatchNorm``'s
+#: forward without the check of the input's dimensions. A subclass runs its
+#: own ``forward``.
+BATCH_NORMS = (nn.BatchNorm2d, nn.SyncBatchNorm, _BatchNormXd)
+
+
+def is_plain_batch_norm(norm: nn.Module) -> bool:
+    """Exactly one of :data:`BATCH_NORMS` whose call is not customised
+    (hooks, an instance-level ``forward``)."""
+    return type(norm) in BATCH_NORMS and not _customised(norm)
 
 
 def is_plain_conv(conv: nn.Module) -> bool:

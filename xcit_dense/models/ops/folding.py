@@ -9,7 +9,8 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
-from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..policy import is_plain_batch_norm
 
 
 def fold_batchnorm(
@@ -17,11 +18,13 @@ def fold_batchnorm(
         transposed: bool = False
 ) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
     """Weight and bias of ``norm(conv(x))`` as one convolution, for a
-    BatchNorm that uses running statistics (eval mode); ``None`` otherwise
-    (batch statistics, or any other norm). ``weight`` has output channels
+    BatchNorm that uses running statistics (eval mode) and is exactly one of
+    :data:`~xcit_dense.models.policy.BATCH_NORMS`, its call not customised;
+    ``None`` otherwise (batch statistics, a subclass, a hooked BatchNorm,
+    any other norm: the caller calls it). ``weight`` has output channels
     first, or with ``transposed`` (a transposed convolution's) input
     channels first."""
-    if not isinstance(norm, _BatchNorm) or norm.training or \
+    if not is_plain_batch_norm(norm) or norm.training or \
             norm.running_var is None:
         return None
     scale = torch.rsqrt(norm.running_var + norm.eps)

@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..policy import SWITCHES
+from ..policy import SWITCHES, operators_observed
 from . import higher_order
 
 _ONEDNN_OPS = (torch.backends.mkldnn.is_available()
@@ -62,10 +62,12 @@ def select_backend(x: torch.Tensor, stochastic: bool,
     ``torch.compile`` only the fused inference kernels are kept (as custom
     operators the compiler calls as they are); training is left to the
     compiler. With ``by_size`` (a token layer's (B, N, C) input), oneDNN
-    only where it :func:`pays`."""
+    only where it :func:`pays`. PyTorch's operators where a dispatch mode
+    watches them (:func:`~xcit_dense.models.policy.operators_observed`)."""
     if not (SWITCHES.fused_kernels and _ONEDNN_OPS and x.device.type == 'cpu'
             and x.dtype == torch.float32
-            and not torch.is_autocast_enabled('cpu')):
+            and not torch.is_autocast_enabled('cpu')) or \
+            operators_observed():
         return 'torch'
     if not stochastic and not torch.is_grad_enabled():
         backend = 'fused'

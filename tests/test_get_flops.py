@@ -73,6 +73,11 @@ def test_detector_on_one_shape():
     total, in_backbone = _parameters(COCO_DEMO)
     assert (params, backbone_params) == (_size(total), _size(in_backbone))
     assert backbone == _size(_backbone_flops(64, 96))
+    # the same count again: the image and the initial weights are seeded
+    # (the RoI heads' count depends on the proposals of both)
+    again = run_tool_here('tools/get_flops.py', COCO_DEMO, '--shape', '60',
+                          '90')
+    assert _counts(again)[2] == flops
 
 
 @pytest.mark.parametrize('demo', ['upernet', 'mask2former'])
@@ -99,6 +104,34 @@ def test_segmentor_without_its_auxiliary_head(demo, tiny_ade20k):
         assert '(the last of 2 images; Flops: their mean)' in proc.stdout
         h, w = map(int, shape.strip('()').split(', '))
         assert backbone == _size(_backbone_flops(h, w))
+
+
+@pytest.mark.parametrize('text,suffix,message', [
+    ('a = 1\nx = undefined_name\n', '.py', r"NameError: name "
+     r"'undefined_name' is not defined \(line 2 of .*bad\.py\)"),
+    ('a: [1, 2\n', '.yaml', r"ParserError: while parsing a flow sequence"),
+    ('hi\n', '.txt', r'a config is a \.py, \.json, \.yaml, \.yml file'),
+])
+def test_a_config_that_does_not_load_is_one_paragraph(tmp_path, text, suffix,
+                                                      message):
+    config = tmp_path / f'bad{suffix}'
+    config.write_text(text)
+    proc = run_tool_here('tools/get_flops.py', config, '--shape', '64')
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert re.search(rf'^error: Cannot load the config .*bad\{suffix}: '
+                     rf'{message}', proc.stderr.splitlines()[-1])
+
+
+@pytest.mark.parametrize('option,code,message', [
+    ('foo', 2, r"--cfg-options takes key=value items .*got 'foo'"),
+    ('model.neck.type=Nope', 1,
+     r'^error: Nope is not in the mmdet::model registry'),
+])
+def test_a_bad_cfg_option_is_one_paragraph(option, code, message):
+    proc = run_tool_here('tools/get_flops.py', COCO_DEMO, '--shape', '64',
+                         '--cfg-options', option)
+    assert proc.returncode == code and 'Traceback' not in proc.stderr
+    assert re.search(message, proc.stderr.splitlines()[-1])
 
 
 def test_bad_input_is_one_paragraph(tmp_path):

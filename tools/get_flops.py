@@ -128,6 +128,9 @@ def main():
     from xcit_dense.complexity import count
     from xcit_dense.inference import init_model
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    # seeded initial weights: a detector's proposals, and so the count of
+    # its RoI heads, depend on them as on the image
+    torch.manual_seed(0)
     model = revert_sync_batchnorm(init_model(cfg, None, device))
     if getattr(model, 'auxiliary_head', None) is not None:
         model.auxiliary_head = None  # training only, as in mmseg's tool

@@ -9,6 +9,7 @@ import atexit
 import gc
 import os
 import os.path as osp
+import re
 import sys
 import tempfile
 import warnings
@@ -17,6 +18,10 @@ from typing import Optional
 from mmengine.config import Config, DictAction
 
 from .errors import UserError, XCiTDenseError
+
+#: mmengine's ``Registry.build`` on a type it does not hold: ``KeyError('X
+#: is not in the mmdet::model registry. Please check whether ...')``
+REGISTRY_MISS = re.compile(r'is not in the \S+ registry')
 
 
 def fail(error: BaseException) -> None:
@@ -60,6 +65,47 @@ def run_cli(main) -> None:
         main()
     except XCiTDenseError as e:
         fail(e)
+    except KeyError as e:
+        if not REGISTRY_MISS.search(str(e)):
+            raise
+        # a type name the registries do not know: mmengine's message says
+        # which and where (a config's or --cfg-options' mistake)
+        fail(UserError(e.args[0]))
+
+#: the files mmengine's ``Config.fromfile`` reads
+CONFIG_SUFFIXES = ('.py', '.json', '.yaml', '.yml')
+
+
+def _where(error: BaseException) -> str:
+    """`` (line N of FILE)``: the innermost line of ``error``'s traceback
+    in a config file (the one loaded or one it inherits: a file that is
+    no imported module); empty where there is none."""
+    import traceback
+    modules = {getattr(m, '__file__', None)
+               for m in list(sys.modules.values())}
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if f.filename.endswith(CONFIG_SUFFIXES) and
+              osp.isfile(f.filename) and f.filename not in modules]
+    if not frames:
+        return ''
+    return f' (line {frames[-1].lineno} of {frames[-1].filename})'
+
+
+class CfgOptionsAction(DictAction):
+    """mmengine's ``DictAction``, whose mistakes (an item without ``=``)
+    are argparse's one-line usage errors rather than a traceback."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        bad = [v for v in values if '=' not in v]
+        if bad:
+            parser.error(f'{option_string} takes key=value items '
+                         f'(e.g. model.backbone.drop_path_rate=0.2); '
+                         f'got {bad[0]!r}')
+        try:
+            super().__call__(parser, namespace, values, option_string)
+        except ValueError as e:
+            parser.error(f'{option_string}: {e}')
+
 
 def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
     """Load a config file, or the config of a model of the model index
@@ -70,14 +116,19 @@ def load_config(path: str, cfg_options: Optional[dict] = None) -> Config:
         names = ', '.join(sorted(models())[:4])
         raise UserError(f'Config file not found: {path} (neither a file nor '
                         f'a model of the model index, e.g. {names}, ...)')
+    if not found.endswith(CONFIG_SUFFIXES):
+        raise UserError(f'Cannot load the config {path}: a config is a '
+                        f'{", ".join(CONFIG_SUFFIXES)} file (mmengine\'s '
+                        'formats), or a model of the model index.')
     try:
         cfg = Config.fromfile(found)
         if cfg_options:
             cfg.merge_from_dict(cfg_options)
-    except (TypeError, ValueError, KeyError, SyntaxError, ImportError,
-            FileNotFoundError) as e:
+    except Exception as e:  # noqa: BLE001 (whatever the config's code raises)
+        text = ' '.join(str(e).split())  # YAML's errors span lines
         raise UserError(f'Cannot load the config {path}: '
-                        f'{type(e).__name__}: {e}') from e
+                        f'{type(e).__name__}: {text}{_where(e)}'
+                        ) from e
     return cfg
 
 
@@ -166,7 +217,7 @@ def add_cfg_options(parser: argparse.ArgumentParser) -> None:
     """``--cfg-options key=value ...``, as every mmdet and mmseg tool that
     loads a config takes it (mmengine's ``DictAction``)."""
     parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction, default={},
+        '--cfg-options', nargs='+', action=CfgOptionsAction, default={},
         help='override settings in the config, key=value, e.g. '
         'model.backbone.init_cfg.checkpoint=pretrained/xcit.pth')
 

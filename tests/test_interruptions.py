@@ -154,12 +154,27 @@ def test_launcher_names_a_bad_count_and_a_busy_port(tmp_path):
     before torchrun starts (its tracebacks: 'Unsupported nproc_per_node
     value', a bare AssertionError, EADDRINUSE)."""
     import socket
-    for args in [('x.py', ), ('x.py', '0'), ('x.py', '--work-dir')]:
+    for args in [('x.py', '0'), ('x.py', '00'), ('x.py', '--work-dir')]:
         proc = run_tool('tools/dist_train.sh', *args)
         assert proc.returncode == 2 and 'Traceback' not in proc.stderr
         assert 'must be a positive integer' in proc.stderr, proc.stderr
     proc = run_tool('tools/dist_test.sh', 'x.py', 'x.pth', 'two')
     assert "must be a positive integer; got 'two'" in proc.stderr
+    for tool, args, usage in [
+            ('dist_train.sh', ['x.py'], 'CONFIG GPUS [ARGS]'),
+            ('dist_test.sh', ['x.py', '2'], 'CONFIG CHECKPOINT GPUS [ARGS]'),
+            ('slurm_train.sh', ['p', 'job', 'x.py'],
+             'PARTITION JOB_NAME CONFIG WORK_DIR [ARGS]'),
+            ('slurm_test.sh', [], 'PARTITION JOB_NAME CONFIG CHECKPOINT')]:
+        proc = run_tool(f'tools/{tool}', *args)
+        assert proc.returncode == 2 and proc.stderr.startswith('error: ')
+        assert usage in proc.stderr and \
+            f'got {len(args)} argument(s)' in proc.stderr, proc.stderr
+    proc = run_tool('tools/slurm_test.sh', 'p', 'job', 'x.py', 'x.pth',
+                    env=dict(GPUS='abc'))
+    assert proc.returncode == 2
+    assert proc.stderr == "error: GPUS must be a positive integer; got " \
+        "'abc'.\n"
     with socket.socket() as busy:
         busy.bind(('127.0.0.1', 0))
         busy.listen()
@@ -169,6 +184,20 @@ def test_launcher_names_a_bad_count_and_a_busy_port(tmp_path):
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr
     assert f'error: port {port} on 127.0.0.1' in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_process_ends_the_launcher_with_its_status(tmp_path):
+    """A process that ends with a tool's one paragraph (here: no such
+    config) ends ``dist_test.sh`` with its status and one line naming it,
+    not torchrun's ChildFailedError traceback and failure report."""
+    proc = run_tool('tools/dist_test.sh', tmp_path / 'nope.py', 'x.pth', '1',
+                    env=dict(PORT='29537'))
+    assert proc.returncode == 1
+    assert 'Traceback' not in proc.stderr, proc.stderr
+    assert 'error: Config file not found' in proc.stderr
+    assert proc.stderr.splitlines()[-1] == (
+        'error: process 0 exited with status 1 (its output above says '
+        'why); torchrun stopped the others.')
 
 
 def test_epoch_resumed_where_an_epoch_has_other_iterations(uninterrupted,
@@ -275,13 +304,13 @@ def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
         ['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
          str(work)], tmp_path / 'term.log', r'Iter\(train\) \[2/4\]',
         signal.SIGTERM, pids=rank1)
-    assert code != 0  # torchrun reports the workers' status 75
+    assert code == 75  # the workers' status, for a scheduler to requeue
     done = {int(n) for n in re.findall(
         r'SIGTERM received: saved the state after iteration (\d+)', log)}
     assert len(done) == 1, log[-3000:]  # both ranks stopped at the same one
     done = done.pop()
     assert done in (2, 3)  # the iteration in flight: 4 is left to resume
-    assert re.search(r'exitcode\s*:\s*75', log), log[-2000:]
+    assert 'Traceback' not in log and 'ChildFailedError' not in log
     assert (work / f'iter_{done}.pth').is_file()
     proc = run_tool('tools/dist_train.sh', config, 2, '--work-dir', work,
                     '--resume', env=env)

@@ -12,22 +12,11 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-# The project's environment unless one is active or PYTHON is set.
-if [ -z "${PYTHON:-}" ]; then
-  if [ -z "${VIRTUAL_ENV:-}" ] && [ -x "$ROOT/.venv/bin/python" ]; then
-    PYTHON="$ROOT/.venv/bin/python"
-  else
-    PYTHON=python
-  fi
-fi
+source "$ROOT/tools/launch_common.sh"
 
 # A user's mistake is one line, not torchrun's traceback: the count of
 # processes, and (on the first node, which serves the rendezvous) the port.
-case "$NPROC" in
-  ''|*[!0-9]*|0)
-    echo "error: the number of processes per node (GPUS: bash tools/dist_train.sh CONFIG GPUS [ARGS], tools/dist_test.sh CONFIG CHECKPOINT GPUS [ARGS]) must be a positive integer; got '$NPROC'." >&2
-    exit 2 ;;
-esac
+require_positive "the number of processes per node (GPUS: bash tools/dist_train.sh CONFIG GPUS [ARGS], tools/dist_test.sh CONFIG CHECKPOINT GPUS [ARGS])" "$NPROC"
 if [ "$NODE_RANK" = 0 ] && ! "$PYTHON" -c '
 import socket, sys
 s = socket.socket()
@@ -37,8 +26,10 @@ s.bind((sys.argv[1], int(sys.argv[2])))' "$MASTER_ADDR" "$PORT" 2>/dev/null; the
   exit 2
 fi
 
+# torchrun itself; a failed process ends it with that process's status
+# and one line, not torchrun's traceback (xcit_dense.cli.torchrun)
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} \
-exec "$PYTHON" -m torch.distributed.run \
+exec "$PYTHON" -c 'import sys; from xcit_dense.cli import torchrun; torchrun(sys.argv[1:])' \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \
     --master_addr="$MASTER_ADDR" \

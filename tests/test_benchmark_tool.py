@@ -68,6 +68,30 @@ def test_bf16_row_measured_against_the_fp32_reference(tmp_path):
     assert row['executed_gmac_per_image'] > 0
 
 
+def test_executed_multiply_adds_are_the_rows_own():
+    """Each XCiT row counts what its own variant executes. XCiT-N12/16 at
+    64x96 has 24 tokens per image (0.19 C): the default policy leaves XCA's
+    second moments out and executes what the straightforward computation
+    does, ``@always`` takes them (their C x C products, twice the
+    multiply-adds); at 256x192 (1.5 C) fp32 takes them and half precision
+    (``@bf16``, ``@amp``), whose threshold is higher, does not."""
+    import torch
+
+    from xcit_dense.benchmark.measure import _executed_gmac
+
+    def executed(size, *variants):
+        return _executed_gmac('xcit_nano_12_p16', torch.randn(1, 3, *size),
+                              set(variants))
+
+    small = executed((64, 96), 'reference')
+    assert executed((64, 96)) == small
+    assert executed((64, 96), 'always') > 1.5 * small
+    large = executed((256, 192), 'reference')
+    assert executed((256, 192)) == executed((256, 192), 'always') < large
+    assert executed((256, 192), 'bf16') == large
+    assert executed((256, 192), 'amp') == large
+
+
 def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
     # AMP on the backbone: on a CPU without native bf16 (no AVX512-BF16 /
     # AMX) UperNet's wide 3x3 convolutions in bf16 take PyTorch's slow

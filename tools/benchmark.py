@@ -9,9 +9,11 @@ private pools hold unallocated (their activations). Warm-up runs are excluded
 the median of the timed runs is reported, threads are stated. FLOPs come from
 mmengine's counter (fvcore's convention: one multiply-add counts as one FLOP,
 so "GMAC") on the published design (for XCiT: the straightforward path, the
-same for every variant); the XCiT fast path executes fewer (XCA from second
-moments), counted separately with ``torch.utils.flop_counter`` on its
-standard-operator backend. A training row counts its whole step, forward
+same for every variant); what an XCiT row's own variant executes (its
+fast paths' routes: XCA from second moments where the policy says they
+pay, at any size for ``@always``) is counted separately with
+``torch.utils.flop_counter``, under which the fast paths run in standard
+operators. A training row counts its whole step, forward
 and backward, with ``torch.utils.flop_counter`` on one more step with every
 fast path off (its grouped-convolution backward corrected: each gradient as
 many multiply-adds as the forward). Achieved GFLOP/s counts 2 FLOPs per

@@ -404,7 +404,8 @@ def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
     every XCiT variant computes the same maths, so it is counted on an
     eval-mode model of the straightforward variant, not on the row's, which
     may train, checkpoint or compile) and, for the XCiT fast path,
-    ``executed_gmac_per_image``."""
+    ``executed_gmac_per_image``: what the row's own variant executes
+    (:func:`_executed_gmac`)."""
     from mmengine.analysis import FlopAnalyzer
     fast = base.startswith('xcit_') and not variants & {'reference',
                                                           'published'}
@@ -422,23 +423,34 @@ def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
 
 
 def _executed_gmac(base: str, x, variants: set) -> Optional[float]:
-    """Multiply-adds the XCiT fast paths execute on ``x`` (inference) where
-    they compute other products than the published design: on the CPU, and
-    in compiled code on any device (the modules' algebraic fast paths, XCA
-    from second moments). ``None`` for eager CUDA, whose fast paths (XCA's
-    and LPI's Triton kernels, folded layers) compute the published design's
-    products. Counted by ``torch.utils.flop_counter`` on a CPU copy with
-    every fast path on and standard operators (the counter sees neither
-    oneDNN's custom operators nor Triton's kernels; the arithmetic is the
-    same)."""
-    from torch.utils.flop_counter import FlopCounterMode
+    """Multiply-adds the row's XCiT executes on ``x`` (inference) where its
+    fast paths compute other products than the published design: on the
+    CPU, and in compiled code on any device (the modules' algebraic fast
+    paths, XCA from second moments). ``None`` for eager CUDA, whose fast
+    paths (XCA's and LPI's Triton kernels, folded layers) compute the
+    published design's products.
 
-    from ..models import fast_path
+    Counted by ``torch.utils.flop_counter`` on an eager CPU copy built with
+    the row's own switches and precision, so that each row counts the
+    routes it takes: the default policy's (XCA from second moments only
+    with enough tokens per channel,
+    :func:`~xcit_dense.models.ops.second_moments.pays`, whose threshold
+    depends on the precision: ``@bf16``'s autocast, the step's autocast of
+    ``@amp``), every fast path for ``@always``. The CPU's policy lists the
+    same parts as compiled code's on either device. Under the counter's
+    dispatch mode the fast paths run in standard operators
+    (:func:`~xcit_dense.models.policy.operators_observed`) with the
+    arithmetic they execute otherwise in oneDNN's custom operators, which
+    the counter cannot see into."""
+    from torch.utils.flop_counter import FlopCounterMode
     if x.device.type == 'cuda' and 'compile' not in variants:
         return None
-    model = build_backbone(base, set()).eval()
-    with fast_path('always', fused_kernels=False), torch.no_grad(), \
-            FlopCounterMode(display=False) as counter:
+    model = build_backbone(base, variants - {'compile', 'graphs'}).eval()
+    # the step's autocast (@amp: float16 on CUDA, bfloat16 on the CPU; both
+    # half precision for the route's threshold)
+    autocast = torch.autocast('cpu', dtype=torch.bfloat16,
+                              enabled='amp' in variants)
+    with torch.no_grad(), autocast, FlopCounterMode(display=False) as counter:
         model(x.cpu())
     return counter.get_total_flops() / 2e9  # the counter: 2 per multiply-add
 

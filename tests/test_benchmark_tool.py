@@ -100,16 +100,13 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
     # anchors, so fewer RoIs for the box and mask heads)
     # the detector's a whole iteration (mmengine's train_step with the
     # recipe's optimizer wrapper, fp32 on the CPU), measured in training
-    # only: --modes infer would skip it
+    # only
     results, table = _run(tmp_path, '--models', 'xcit_nano_12_p16@cp+amp',
                           'mask_rcnn_xcit_s12@reference+iter',
                           'upernet_xcit_s12@always',
-                          'xcit_nano_12_p16@openvino',
                           '--sizes', '32x32', '--batch', '2', '--modes',
                           'train')
-    # runtimes measure inference only: no row, nothing exported
     backbone, detector, segmentor = results['results']
-    assert not (tmp_path / 'onnx').exists()
     assert not any('error' in r for r in results['results']), results
     assert backbone['activation_mem_gib'] > 0 and detector['seconds'] > 0
     assert segmentor['seconds'] > 0
@@ -212,6 +209,31 @@ def test_benchmark_rejects_sizes_and_limits_below_one(option, value, message,
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr
     assert message in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize('model,modes,why', [
+    ('xcit_nano_12_p16@onnxruntime', 'train',
+     'a runtime (onnxruntime, openvino) runs the exported graph, in '
+     'inference only; give --modes infer'),
+    ('mask_rcnn_xcit_s12@iter', 'infer',
+     "'iter' is a whole training iteration, measured in training only; "
+     'give --modes train'),
+    ('upernet_xcit_s12@compile', 'train',
+     "a segmentor's 'compile' is its exported graph's, measured in "
+     'inference only')])
+def test_benchmark_refuses_a_model_no_mode_measures(model, modes, why,
+                                                    tmp_path):
+    """A model measured in none of the given modes is refused before any
+    measurement (the run wrote nothing and said it had written the
+    results)."""
+    out = tmp_path / 'out'
+    proc = run_tool_here('tools/benchmark.py', '--models', model, '--modes',
+                         modes, '--threads', '1', '--matmul-size', '256',
+                         '--out-dir', out)
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+    assert f'error: {model} measures nothing with --modes {modes}: {why}' \
+        in proc.stderr, proc.stderr
+    assert 'wrote' not in proc.stdout and not out.exists()
 
 
 def test_benchmark_out_dir_that_is_a_file(tmp_path):

@@ -98,6 +98,10 @@ Models:
       eager (backbone ``cuda_graphs=False``), compile (inference), amp,
       iter (train only, as the detectors'), onnxruntime, openvino (+int8).
 
+A model is measured in the modes of ``--modes`` that it has (a runtime's
+rows are inference, an ``@iter`` row is training); a model that none of
+them measures is refused before any measurement.
+
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run, and to its
 ``@published`` where one was) and ``results.png``
@@ -120,7 +124,11 @@ from xcit_dense.benchmark import (  # noqa: E402
     write_outputs,
 )
 from xcit_dense.benchmark.matmul import matmul_rates  # noqa: E402
-from xcit_dense.benchmark.names import DETECTORS, PEERS  # noqa: E402
+from xcit_dense.benchmark.names import (  # noqa: E402
+    DETECTORS,
+    PEERS,
+    single_mode,
+)
 from xcit_dense.benchmark.published import load_published_code  # noqa: E402
 from xcit_dense.cli import check_output, positive_int, run_cli  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
@@ -190,6 +198,12 @@ def check_args(parser, args) -> None:
             parse_model(name)
         except ValueError as err:
             parser.error(str(err))
+    for name in args.models:  # a model that no given mode measures
+        only = single_mode(name)
+        if only is not None and only[0] not in args.modes:
+            parser.error(f'{name} measures nothing with --modes '
+                         f'{" ".join(args.modes)}: {only[1]}; give --modes '
+                         f'{only[0]} (or leave it out of --models)')
     published = [n for n in args.models if 'published' in parse_model(n)[1]]
     if published:
         if not args.published_code:

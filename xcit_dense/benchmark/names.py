@@ -1,6 +1,7 @@
 """The benchmark's model names: ``xcit_<preset>[@variant+...]``, the peer
 backbones, whole detectors and segmentors (see ``tools/benchmark.py``)."""
 import os.path as osp
+from typing import Optional, Tuple
 
 from ..deploy.runtimes import RUNTIMES
 
@@ -99,16 +100,30 @@ def _check_runtime(name: str, variants: set) -> None:
                          'no other variant')
 
 
+def single_mode(name: str) -> Optional[Tuple[str, str]]:
+    """The one mode (``'infer'`` or ``'train'``) ``name`` is measured in
+    and why, or None where it is measured in both."""
+    base, variants = parse_model(name)
+    if 'iter' in variants:
+        return 'train', ("'iter' is a whole training iteration, measured in "
+                         "training only")
+    if variants & set(RUNTIMES):
+        return 'infer', (f'a runtime ({", ".join(RUNTIMES)}) runs the '
+                         'exported graph, in inference only')
+    if base in SEGMENTORS and 'compile' in variants:
+        return 'infer', ("a segmentor's 'compile' is its exported graph's, "
+                         "measured in inference only (it trains as the mmseg "
+                         "model)")
+    return None
+
+
 def trainable(name: str) -> bool:
     """Measured in training too: not a runtime (segmentors train as mmseg
     models; their compile variant is the exported graph's, inference
     only)."""
-    base, variants = parse_model(name)
-    if base in SEGMENTORS and 'compile' in variants:
-        return False
-    return not variants & set(RUNTIMES)
+    return (single_mode(name) or ('train', ))[0] == 'train'
 
 
 def inferable(name: str) -> bool:
     """Measured in inference too: not a training iteration (``iter``)."""
-    return 'iter' not in parse_model(name)[1]
+    return (single_mode(name) or ('infer', ))[0] == 'infer'

@@ -292,6 +292,17 @@ def test_benchmark_rejects_bad_names(tmp_path):
     assert proc.returncode == 2 and 'needs a GPU' in proc.stderr
 
 
+def test_a_timeout_is_shown_as_given(tmp_path):
+    """--timeout 0.05: the row says 0.05 s (it said 0 s)."""
+    import argparse
+
+    from xcit_dense.benchmark.runs import _run_worker
+    args = argparse.Namespace(device='cpu', threads=1, repeat=1, warmup=1,
+                              out_dir=str(tmp_path), timeout=0.05)
+    row = _run_worker('xcit_nano_12_p16', (32, 32), 1, 'infer', args)
+    assert row['error'] == 'timeout (0.05 s)'
+
+
 def test_a_failed_measurement_says_why():
     """A crash in a kernel or the driver is not reported as memory."""
     from xcit_dense.benchmark.runs import failure_reason

@@ -63,7 +63,7 @@ def _run_worker(model, size, batch, mode, args) -> dict:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                               timeout=args.timeout)
     except subprocess.TimeoutExpired:
-        return dict(stub, error=f'timeout ({args.timeout:.0f} s)')
+        return dict(stub, error=f'timeout ({args.timeout:g} s)')
     if proc.returncode != 0:
         return dict(stub, error=failure_reason(proc.returncode, proc.stderr))
     lines = proc.stdout.strip().splitlines()

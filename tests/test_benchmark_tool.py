@@ -292,6 +292,34 @@ def test_benchmark_rejects_bad_names(tmp_path):
     assert proc.returncode == 2 and 'needs a GPU' in proc.stderr
 
 
+def test_benchmark_lists_every_model_and_refuses_empty_variants(tmp_path):
+    """The help and an unknown name list every model with its variants
+    (the detectors' too); an empty variant is refused as an unknown one is
+    (it named a row 'xcit_nano_12_p16@')."""
+    import runpy
+
+    from conftest import REPO
+    tool = runpy.run_path(str(REPO / 'tools/benchmark.py'))
+    detectors = 'mask_rcnn_xcit_s12[@variant+...] (variants: reference, ' \
+        'always, eager, amp, bf16, iter, onnxruntime, openvino, int8), ' \
+        'mask_rcnn_swin_t[@amp+iter], upernet_xcit_s12[@variant+...]'
+    proc = run_tool_here('tools/benchmark.py', '--help')
+    assert proc.returncode == 0
+    assert detectors in ' '.join(proc.stdout.split())
+    with pytest.raises(ValueError, match=re.escape(detectors)):
+        tool['parse_model']('alexnet')
+    for name in ('xcit_nano_12_p16@', 'xcit_nano_12_p16@reference+',
+                 'xcit_nano_12_p16@cp++amp', 'mask_rcnn_xcit_s12@'):
+        with pytest.raises(ValueError, match=re.escape(
+                f'empty variant in {name!r}')):
+            tool['parse_model'](name)
+    proc = run_tool_here('tools/benchmark.py', '--models',
+                         'xcit_nano_12_p16@', '--out-dir', tmp_path / 'out')
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+    assert "error: empty variant in 'xcit_nano_12_p16@'" in proc.stderr
+    assert not (tmp_path / 'out').exists()
+
+
 def test_a_timeout_is_shown_as_given(tmp_path):
     """--timeout 0.05: the row says 0.05 s (it said 0 s)."""
     import argparse

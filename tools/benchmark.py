@@ -128,6 +128,7 @@ from xcit_dense.benchmark.names import (  # noqa: E402
     DETECTORS,
     PEERS,
     single_mode,
+    usage,
 )
 from xcit_dense.benchmark.published import load_published_code  # noqa: E402
 from xcit_dense.cli import check_output, positive_int, run_cli  # noqa: E402
@@ -158,8 +159,8 @@ def positive_seconds(text):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split('\n\n')[0],
-        epilog='See the module docstring (or docs/performance.md) for the '
-        'model names.')
+        epilog=f'Models: {usage()}. What each is: the module docstring '
+        '(or docs/performance.md).')
     parser.add_argument('--models', nargs='+',
                         default=['xcit_small_12_p16@reference',
                                  'xcit_small_12_p16', 'xcit_small_12_p8',

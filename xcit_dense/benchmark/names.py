@@ -36,8 +36,8 @@ def config_path(path: str) -> str:
 def parse_model(name: str):
     """``'xcit_small_12_p16@compile+bf16'`` -> (base name, set of variants);
     raises ValueError on unknown names."""
-    base, _, suffix = name.partition('@')
-    variants = set(filter(None, suffix.split('+')))
+    base, at, suffix = name.partition('@')
+    variants = set(suffix.split('+')) if at else set()
     if base.startswith('xcit_') or base in SEGMENTORS:
         allowed = SEGMENTOR_VARIANTS if base in SEGMENTORS else XCIT_VARIANTS
         if base.startswith('xcit_'):
@@ -45,10 +45,7 @@ def parse_model(name: str):
             if base[len('xcit_'):] not in ARCH_SETTINGS:
                 raise ValueError(f'unknown XCiT preset in {name!r}; presets:'
                                  f' {", ".join(ARCH_SETTINGS)}')
-        unknown = variants - set(allowed)
-        if unknown:
-            raise ValueError(f'unknown variant(s) {sorted(unknown)} in '
-                             f'{name!r}; allowed: {", ".join(allowed)}')
+        _check_known(name, variants, allowed)
         if {'reference', 'compile'} <= variants:
             raise ValueError('the reference path is not compiled')
         if {'compile', 'graphs'} <= variants:
@@ -66,22 +63,37 @@ def parse_model(name: str):
     if base in DETECTORS:
         allowed = DETECTOR_VARIANTS if base == 'mask_rcnn_xcit_s12' \
             else ('amp', 'iter')
-        if variants - set(allowed):
-            raise ValueError(f'unknown variant(s) '
-                             f'{sorted(variants - set(allowed))} in '
-                             f'{name!r}; allowed: {", ".join(allowed)}')
+        _check_known(name, variants, allowed)
         if {'reference', 'always'} <= variants:
             raise ValueError("'reference' and 'always' exclude each other")
         _check_runtime(name, variants)
         return base, variants
     if base in PEERS and not variants:
         return base, variants
-    raise ValueError(
-        f'unknown model {name!r}; use xcit_<preset>[@variant+...] (variants: '
-        f'{", ".join(XCIT_VARIANTS)}), '
-        f'{", ".join(SEGMENTORS)}[@variant] (variants: '
-        f'{", ".join(SEGMENTOR_VARIANTS)}) or one of '
-        f'{", ".join(PEERS + tuple(DETECTORS))}')
+    raise ValueError(f'unknown model {name!r}; use {usage()}')
+
+
+def usage() -> str:
+    """The model names, with the variants each takes."""
+    return (f'xcit_<preset>[@variant+...] (variants: '
+            f'{", ".join(XCIT_VARIANTS)}), '
+            f'mask_rcnn_xcit_s12[@variant+...] (variants: '
+            f'{", ".join(DETECTOR_VARIANTS)}), mask_rcnn_swin_t[@amp+iter], '
+            f'{", ".join(SEGMENTORS)}[@variant+...] (variants: '
+            f'{", ".join(SEGMENTOR_VARIANTS)}), or one of the peer '
+            f'backbones {", ".join(PEERS)} (no variants)')
+
+
+def _check_known(name: str, variants: set, allowed) -> None:
+    """Every variant is one of ``allowed``; none is empty (a name ending in
+    '@' or '+', or '++')."""
+    if '' in variants:
+        raise ValueError(f"empty variant in {name!r} (a name after each '@' "
+                         f"and '+'); allowed: {', '.join(allowed)}")
+    unknown = variants - set(allowed)
+    if unknown:
+        raise ValueError(f'unknown variant(s) {sorted(unknown)} in '
+                         f'{name!r}; allowed: {", ".join(allowed)}')
 
 
 def _check_runtime(name: str, variants: set) -> None:

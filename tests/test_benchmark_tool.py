@@ -292,6 +292,21 @@ def test_benchmark_rejects_bad_names(tmp_path):
     assert proc.returncode == 2 and 'needs a GPU' in proc.stderr
 
 
+def test_benchmark_options_say_their_defaults():
+    """Every option says what it is and its default."""
+    import runpy
+
+    from conftest import REPO
+    tool = runpy.run_path(str(REPO / 'tools/benchmark.py'))
+    helps = {a.dest: a.help for a in tool['build_parser']()._actions}
+    for option in ('models', 'sizes', 'batch', 'modes', 'device', 'threads',
+                   'repeat', 'warmup', 'rounds', 'timeout', 'matmul_size',
+                   'out_dir'):
+        assert 'default: ' in (helps[option] or ''), option
+    assert 'default: 512x512 800x1344 1024x1024 1600x2688)' in \
+        helps['sizes']
+
+
 def test_benchmark_lists_every_model_and_refuses_empty_variants(tmp_path):
     """The help and an unknown name list every model with its variants
     (the detectors' too); an empty variant is refused as an unknown one is

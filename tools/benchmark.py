@@ -156,35 +156,59 @@ def positive_seconds(text):
     return value
 
 
+DEFAULT_MODELS = ['xcit_small_12_p16@reference', 'xcit_small_12_p16',
+                  'xcit_small_12_p8', *PEERS]
+DEFAULT_SIZES = [(512, 512), (800, 1344), (1024, 1024), (1600, 2688)]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split('\n\n')[0],
         epilog=f'Models: {usage()}. What each is: the module docstring '
         '(or docs/performance.md).')
-    parser.add_argument('--models', nargs='+',
-                        default=['xcit_small_12_p16@reference',
-                                 'xcit_small_12_p16', 'xcit_small_12_p8',
-                                 *PEERS])
+    parser.add_argument(
+        '--models', nargs='+', metavar='MODEL',
+        default=DEFAULT_MODELS,
+        help='what to measure, each row in a fresh process: '
+        'xcit_<preset>[@variant+...], a peer backbone, a detector or the '
+        'segmentor (names and variants: below; default: '
+        f'{" ".join(DEFAULT_MODELS)})')
     parser.add_argument('--sizes', nargs='+', type=parse_size,
-                        default=[(512, 512), (800, 1344), (1024, 1024),
-                                 (1600, 2688)])
-    parser.add_argument('--batch', nargs='+', type=int, default=[1, 2])
+                        metavar='HxW', default=DEFAULT_SIZES,
+                        help='input sizes, height x width (default: '
+                        f'{" ".join(f"{h}x{w}" for h, w in DEFAULT_SIZES)})')
+    parser.add_argument('--batch', nargs='+', type=int, default=[1, 2],
+                        help='batch sizes (default: 1 2)')
     parser.add_argument('--modes', nargs='+', choices=['infer', 'train'],
-                        default=['infer', 'train'])
-    parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu')
+                        default=['infer', 'train'],
+                        help='inference (no autograd) and/or a training '
+                        'step, forward and backward (default: infer '
+                        'train)')
+    parser.add_argument('--device', choices=['cpu', 'cuda'], default='cpu',
+                        help='where to measure (default: cpu)')
     parser.add_argument('--threads', type=positive_int,
-                        default=os.cpu_count())
-    parser.add_argument('--repeat', type=int, default=3)
-    parser.add_argument('--warmup', type=int, default=1)
+                        default=os.cpu_count(),
+                        help="PyTorch's (and the runtimes') threads per "
+                        'measurement (default: the CPU count, %(default)s '
+                        'here)')
+    parser.add_argument('--repeat', type=int, default=3,
+                        help='timed runs per measurement, of which the '
+                        'median is reported (default: 3)')
+    parser.add_argument('--warmup', type=int, default=1,
+                        help='untimed runs before them, the first call '
+                        'reported apart (default: 1)')
     parser.add_argument('--rounds', type=int, default=1,
                         help='measure the whole list this many times, '
                         'interleaved (fresh processes), and report the '
-                        'round with the median time')
+                        'round with the median time (default: 1)')
     parser.add_argument('--timeout', type=positive_seconds, default=900,
-                        help='seconds per measurement')
+                        help='seconds per measurement (default: 900)')
     parser.add_argument('--matmul-size', type=positive_int, default=4096,
-                        help='N of the N x N reference matmul')
-    parser.add_argument('--out-dir', default='work_dirs/benchmark')
+                        help='N of the N x N reference matmul (default: '
+                        '4096)')
+    parser.add_argument('--out-dir', default='work_dirs/benchmark',
+                        help='folder of results.md, results.json and '
+                        'results.png (default: work_dirs/benchmark)')
     parser.add_argument('--published-code', metavar='XCIT_PY',
                         help="the published backbone's file for the "
                         "'@published' rows: detection/backbone/xcit.py of "

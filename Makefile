@@ -211,9 +211,8 @@ gpu-report-demos:
 	    $(GPU_DEMOS)
 
 gpu-report-table:
-	@mkdir -p $(GPU_REPORT)
-	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) > $(GPU_REPORT)/table.md \
-	    && cat $(GPU_REPORT)/table.md
+	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) \
+	    --out $(GPU_REPORT)/table.md
 
 # On a machine with network: the wheels of the stack (PyTorch excluded) and
 # mmcv's source, for `WHEELHOUSE=$(WHEELHOUSE) PYTHON=... make test` on an

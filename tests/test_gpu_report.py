@@ -230,6 +230,36 @@ def test_table_from_the_steps_rows(tmp_path):
     assert empty.returncode != 0 and 'no results.json' in empty.stderr
 
 
+def test_table_file_only_where_there_is_a_table(tmp_path):
+    """``STEP=table`` prints the table and writes ``table.md`` whole; a
+    report without rows says so and writes nothing (it left an empty
+    ``table.md``, and made the report's folder)."""
+    proc = subprocess.run(['make', '-n', 'gpu-report-table', 'PY=python',
+                           f'GPU_REPORT={tmp_path}'], cwd=REPO,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f'--out {tmp_path}/table.md' in proc.stdout
+    assert '>' not in proc.stdout and 'mkdir' not in proc.stdout
+    empty = tmp_path / 'none'
+    proc = run_tool_here('docs/benchmark/gpu/table.py', empty, '--out',
+                         empty / 'table.md')
+    assert proc.returncode == 1 and 'no results.json' in proc.stderr
+    assert not empty.exists()
+    run = dict(matmul=dict(fp32_gflops_per_s=1e3, bf16_gflops_per_s=2e3),
+               device='cuda', argv=[],
+               results=[_row('xcit_small_12_p16', 0.0083, 0.30)])
+    (tmp_path / 'backbone').mkdir()
+    (tmp_path / 'backbone' / 'results.json').write_text(json.dumps(run))
+    proc = run_tool_here('docs/benchmark/gpu/table.py', tmp_path, '--out',
+                         tmp_path / 'table.md')
+    assert proc.returncode == 0, proc.stderr
+    assert '| xcit_small_12_p16 | 800x1344 | 1 | infer | 8.3 |' in \
+        proc.stdout
+    assert (tmp_path / 'table.md').read_text() == proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['backbone',
+                                                           'table.md']
+
+
 def test_tile_sweep_runs_every_candidate_and_tabulates(tmp_path):
     """``STEP=tiles``, interpreted at a tiny size with more tokens than one
     tile (the times mean nothing here): a row per candidate, the default

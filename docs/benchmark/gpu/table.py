@@ -15,8 +15,14 @@ GPU, PyTorch, CUDA and the command. Rows that failed show their error. After
 them, from ``tile_sweep.jsonl`` (``STEP=tiles``), the Triton kernels'
 default tiles against the fastest candidate, per part and dtype. Run::
 
-    python docs/benchmark/gpu/table.py work_dirs/gpu_report > table.md
+    python docs/benchmark/gpu/table.py work_dirs/gpu_report \
+        --out work_dirs/gpu_report/table.md
+
+(``make gpu-report STEP=table``): the table is printed and, with ``--out``,
+written to that file, moved into place once it is complete; a report
+without rows writes nothing.
 """
+import argparse
 import json
 import os.path as osp
 import sys
@@ -24,6 +30,10 @@ import sys
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
+from xcit_dense.atomic_files import (  # noqa: E402
+    move_into_place,
+    unverified_file,
+)
 from xcit_dense.benchmark.names import parse_model  # noqa: E402
 from xcit_dense.benchmark.report import ratio_rows  # noqa: E402
 
@@ -160,7 +170,22 @@ def table(report: str) -> str:
     return '\n'.join(lines + tiles)
 
 
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('report', help="make gpu-report's folder "
+                        '(GPU_REPORT)')
+    parser.add_argument('--out', metavar='FILE',
+                        help='also write the table to FILE (nothing is '
+                        'written where the report has no rows)')
+    args = parser.parse_args(argv)
+    text = table(args.report)
+    if args.out:
+        with unverified_file(args.out, '.md') as partial:
+            with open(partial, 'w') as f:
+                f.write(text + '\n')
+            move_into_place(partial, args.out)
+    print(text)
+
+
 if __name__ == '__main__':
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    print(table(sys.argv[1]))
+    main()

@@ -162,6 +162,55 @@ def test_each_variant_against_the_reference_of_its_precision():
         'mask_rcnn_xcit_s12@amp+iter': 2.0, 'mask_rcnn_xcit_s12@amp': 2.0}
 
 
+def _results_table(tmp_path, runs, rounds=1):
+    """``results.md`` of ``runs`` (each measurement's rounds)."""
+    import argparse
+
+    from xcit_dense.benchmark.report import write_table
+    from xcit_dense.benchmark.runs import combine
+    args = argparse.Namespace(threads=1, device='cpu', repeat=1, warmup=1,
+                              rounds=rounds, matmul_size=256)
+    path = tmp_path / 'results.md'
+    write_table([combine(r) for r in runs], dict(fp32_gflops_per_s=1.0,
+                                                 bf16_gflops_per_s=2.0),
+                args, path)
+    return path.read_text()
+
+
+def _measured(model, rnd, seconds, size=(64, 96), **counts):
+    """A row as a measurement writes it (an error for ``seconds=None``)."""
+    if seconds is None:
+        return dict(model=model, h=size[0], w=size[1], batch=1,
+                    mode='infer', round=rnd, error='out of memory')
+    return dict(dict(model=model, h=size[0], w=size[1], batch=1,
+                     mode='infer', round=rnd, seconds=seconds,
+                     images_per_s=1 / seconds, first_call_s=0.0342,
+                     peak_mem_gib=0.75, activation_mem_gib=0.0234,
+                     gmac_per_image=0.076), **counts)
+
+
+def test_results_table_lists_each_rounds_speedup(tmp_path):
+    """``results.md``: each round's speed-up (round i of the reference over
+    round i) beside the ratio of the rows' median rounds, a failed round
+    left out (docs/performance.md says they are listed; they were not)."""
+    def rounds(model, times):
+        return [_measured(model, i, t) for i, t in enumerate(times)]
+
+    table = _results_table(tmp_path, [
+        rounds('xcit_nano_12_p16@reference', (3.0, 2.0, 4.0)),
+        rounds('xcit_nano_12_p16', (1.0, 2.0, 2.0)),
+        rounds('xcit_nano_12_p16@always', (1.5, None, 3.0))], rounds=3)
+    assert '| xcit_nano_12_p16 | 64x96 | 1 | infer | 1.50x (rounds: 3.00, ' \
+        '1.00, 2.00) |' in table
+    assert '| xcit_nano_12_p16@always | 64x96 | 1 | infer | 2.00x ' \
+        '(rounds: 2.00, 1.33) |' in table
+    # one round: the ratio alone
+    table = _results_table(tmp_path, [
+        rounds('xcit_nano_12_p16@reference', (3.0, )),
+        rounds('xcit_nano_12_p16', (1.0, ))])
+    assert '| xcit_nano_12_p16 | 64x96 | 1 | infer | 3.00x | 1.00 |' in table
+
+
 def test_graph_pools_idle_memory_counts_toward_the_peak():
     """A CUDA graph's activations are allocated at its capture and then
     held by its private pool unallocated: the peak of a replayed step

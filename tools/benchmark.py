@@ -104,7 +104,8 @@ them measures is refused before any measurement.
 
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run, and to its
-``@published`` where one was) and ``results.png``
+``@published`` where one was; with ``--rounds``, the ratio of the rows'
+median rounds and each round's) and ``results.png``
 (inference time and memory against pixel count, log-log).
 """
 import argparse

@@ -19,12 +19,23 @@ def _fmt(value, spec):
     return '' if value is None else format(value, spec)
 
 
+def _speedup(r):
+    """A ratio row's speed-up, and each round's where there were several
+    (the round with the median time of each row gives the speed-up)."""
+    rounds = r.get('round_speedups') or []
+    return f'{r["speedup"]:.2f}x' + (
+        f' (rounds: {", ".join(f"{x:.2f}" for x in rounds)})'
+        if len(rounds) > 1 else '')
+
+
 # the variants that change the precision a row computes in
 PRECISIONS = frozenset({'amp', 'bf16'})
 
 
 def ratio_rows(results, against: str = 'reference'):
-    """Speed-up and memory ratios at the same size, batch and mode: each
+    """Speed-up and memory ratios at the same size, batch and mode (and
+    the speed-up of each round, ``round_speedups``, where both rows have
+    their rounds' times: round i of the baseline over round i): each
     variant against its ``@reference`` (``against='reference'``; the
     reference with the same precision variant, ``@reference+amp`` for
     ``@amp`` and ``@reference+bf16`` for ``@bf16``, where it was measured,
@@ -66,6 +77,9 @@ def ratio_rows(results, against: str = 'reference'):
         rows.append(dict(
             model=r['model'], size=f'{r["h"]}x{r["w"]}', batch=r['batch'],
             mode=r['mode'], speedup=ref['seconds'] / r['seconds'],
+            round_speedups=[a / b for a, b in zip(
+                ref.get('round_seconds', []), r.get('round_seconds', []))
+                if a is not None and b is not None],
             peak_mem_ratio=r['peak_mem_gib'] / ref['peak_mem_gib'],
             activation_mem_ratio=(r['activation_mem_gib'] /
                                   ref['activation_mem_gib']),
@@ -163,7 +177,7 @@ def _ratio_table(rows, title: str, with_diff: bool):
                       else []))]
     for r in rows:
         cells = [r['model'], r['size'], r['batch'], r['mode'],
-                 f'{r["speedup"]:.2f}x', f'{r["peak_mem_ratio"]:.2f}',
+                 _speedup(r), f'{r["peak_mem_ratio"]:.2f}',
                  f'{r["activation_mem_ratio"]:.2f}']
         if with_diff:
             cells.append(_fmt(r['diff'], '.1e'))
@@ -184,7 +198,7 @@ def _runtime_ratios(results):
     for r in rows:
         lines.append(
             f'| {r["model"]} | {r["size"]} | {r["batch"]} | '
-            f'{r["speedup"]:.2f}x | {r["peak_mem_ratio"]:.2f} | '
+            f'{_speedup(r)} | {r["peak_mem_ratio"]:.2f} | '
             f'{_fmt(r["diff"], ".1e")} | {_fmt(r["export_s"], ".0f")} |')
     return lines
 

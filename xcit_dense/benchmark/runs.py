@@ -91,11 +91,13 @@ def failure_reason(returncode: int, stderr: str) -> str:
 
 def combine(rounds):
     """One row from the rounds of a measurement: the round with the median
-    time (a failed round only if every round failed)."""
+    time (a failed round only if every round failed), with every round's
+    time in round order (``round_seconds``, None for a failed round)."""
     ok = sorted((r for r in rounds if 'error' not in r),
                 key=lambda r: r['seconds'])
     if not ok:
         return rounds[-1]
     row = dict(ok[(len(ok) - 1) // 2])
     row['rounds'] = len(ok)
+    row['round_seconds'] = [r.get('seconds') for r in rounds]
     return row

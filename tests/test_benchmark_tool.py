@@ -211,6 +211,25 @@ def test_results_table_lists_each_rounds_speedup(tmp_path):
     assert '| xcit_nano_12_p16 | 64x96 | 1 | infer | 3.00x | 1.00 |' in table
 
 
+def test_results_table_keeps_small_values_significant(tmp_path):
+    """A tiny model's small values with three significant digits (its
+    multiply-adds and first call were printed as 0.1 and 0.0), larger
+    ones as before."""
+    table = _results_table(tmp_path, [
+        [_measured('xcit_nano_12_p16', 0, 2.0,
+                   executed_gmac_per_image=0.0753,
+                   achieved_gflops_per_s=0.0753 * 2 / 2.0)],
+        [_measured('xcit_small_12_p16', 0, 1.316, (800, 1344),
+                   first_call_s=1.5, peak_mem_gib=1.24,
+                   activation_mem_gib=0.42, gmac_per_image=115.5,
+                   executed_gmac_per_image=98.7,
+                   achieved_gflops_per_s=150.0)]])
+    assert '| xcit_nano_12_p16 | 64x96 | 1 | infer | 2.000 | 0.50 | ' \
+        '0.0342 | 0.75 | 0.0234 | 0.0760 | 0.0753 | 0.0753 |' in table
+    assert '| xcit_small_12_p16 | 800x1344 | 1 | infer | 1.316 | 0.76 | ' \
+        '1.5 | 1.24 | 0.42 | 115.5 | 98.7 | 150 |' in table
+
+
 def test_graph_pools_idle_memory_counts_toward_the_peak():
     """A CUDA graph's activations are allocated at its capture and then
     held by its private pool unallocated: the peak of a replayed step

@@ -19,6 +19,18 @@ def _fmt(value, spec):
     return '' if value is None else format(value, spec)
 
 
+def _num(value, spec):
+    """``value`` as ``spec`` (fixed point) where that keeps two significant
+    digits or more, else with three (a tiny model's 0.0760 GMAC and 0.0342 s
+    first call, not 0.1 and 0.0)."""
+    if value is None:
+        return ''
+    fixed = format(value, spec)
+    if value == 0 or sum(c.isdigit() for c in fixed.lstrip('-0.')) >= 2:
+        return fixed
+    return format(value, '#.3g')
+
+
 def _speedup(r):
     """A ratio row's speed-up, and each round's where there were several
     (the round with the median time of each row gives the speed-up)."""
@@ -141,12 +153,14 @@ def _main_table(results, matmul, args):
             continue
         gmac = r.get('gmac_per_image')
         lines.append(
-            head + f'{r["seconds"]:.3f} | {r["images_per_s"]:.2f} | '
-            f'{r["first_call_s"]:.1f} | {r["peak_mem_gib"]:.2f} | '
-            f'{r["activation_mem_gib"]:.2f} | '
-            f'{_fmt(gmac, ".1f")} | '
-            f'{_fmt(r.get("executed_gmac_per_image", gmac), ".1f")} | '
-            f'{_fmt(r.get("achieved_gflops_per_s"), ".0f")} |')
+            head + f'{_num(r["seconds"], ".3f")} | '
+            f'{_num(r["images_per_s"], ".2f")} | '
+            f'{_num(r["first_call_s"], ".1f")} | '
+            f'{_num(r["peak_mem_gib"], ".2f")} | '
+            f'{_num(r["activation_mem_gib"], ".2f")} | '
+            f'{_num(gmac, ".1f")} | '
+            f'{_num(r.get("executed_gmac_per_image", gmac), ".1f")} | '
+            f'{_num(r.get("achieved_gflops_per_s"), ".0f")} |')
     return lines
 
 

@@ -59,10 +59,8 @@ Models:
                  (verified against PyTorch; export time reported apart, in a
                  process of its own) and run by onnxruntime / OpenVINO
                  (f32 precision hint) with the same threads;
-      int8       with a runtime (``@onnxruntime+int8``): that file quantized
-                 as ``tools/export_onnx.py --int8`` quantizes it, calibrated
-                 on 4 random images (speed only: accuracy is measured with
-                 the dataset, see docs/deploy.md).
+      (int8 quantizes a whole detector or segmentor, below, not a
+                 backbone alone.)
   swin_t, r50        mmdet's Swin-T and ResNet-50 backbones;
   vit_s16, vit_b16   timm's ViT-S/16 and ViT-B/16, global attention, position
                      embeddings resized to the input;
@@ -85,10 +83,13 @@ Models:
       as the Runner builds it: data preprocessor, loss, backward,
       optimizer step; with amp on CUDA mmengine's ``AmpOptimWrapper``, as
       ``tools/train.py --amp``), onnxruntime,
-      openvino (+int8): the whole detector as exported
+      openvino: the whole detector as exported
       (``xcit_dense.deploy.DetectorGraph``, one image, random weights with
       the classifiers sharpened so that 100 detections reach the mask head
-      as in the PyTorch rows).
+      as in the PyTorch rows); int8 with a runtime (``@onnxruntime+int8``):
+      that file quantized as ``tools/export_onnx.py --int8`` quantizes it,
+      calibrated on 4 random images (speed only: accuracy is measured with
+      the dataset, see docs/deploy.md).
   upernet_xcit_s12[@variant]  the whole UperNet XCiT-S12/16 segmentor
       (configs/ade20k/upernet_xcit_s12.py, 150 classes): inference as
       exported, image in, logits and labels at the image's size out

@@ -52,8 +52,8 @@ def make_synthetic_ade20k(out_dir: str, num_train: int = 300,
                           num_val: int = 60, seed: int = 0,
                           size=(128, 128)) -> Dict[str, str]:
     """Write both splits (skipped when already there with these settings)."""
-    settings = dict(version=VERSION, num_train=num_train, num_val=num_val,
-                    seed=seed, size=list(size))
+    settings = dict(kind='ade20k', version=VERSION, num_train=num_train,
+                    num_val=num_val, seed=seed, size=list(size))
     splits = dict(training=(num_train, seed), validation=(num_val, seed + 1))
 
     def write():

@@ -92,8 +92,8 @@ def make_synthetic_coco(out_dir: str, num_train: int = 400,
                         size=(128, 128)) -> Dict[str, str]:
     """Generate the train and val splits (skipped when already there with
     the same settings)."""
-    settings = dict(version=VERSION, num_train=num_train, num_val=num_val,
-                    seed=seed, size=list(size))
+    settings = dict(kind='coco', version=VERSION, num_train=num_train,
+                    num_val=num_val, seed=seed, size=list(size))
     files = dict(train=osp.join(out_dir, 'annotations', 'train.json'),
                  val=osp.join(out_dir, 'annotations', 'val.json'))
 

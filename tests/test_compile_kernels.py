@@ -33,7 +33,7 @@ LAUNCHED = {
 
 def test_every_kernel_compiles_for_sm90_without_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
-    out = tmp_path / 'rows.json'
+    out = tmp_path / 'made' / 'rows.json'  # its folder made when written
     # a 48 x 80 image: a 3 x 5 token grid, S12's 384 channels in 8 heads
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, 'tools', 'compile_kernels.py'),
@@ -63,11 +63,24 @@ def test_what_check_counts_as_a_problem():
     assert failed.problems() == ['does not compile: out of resources']
 
 
-def test_bad_input_is_refused_in_one_paragraph(monkeypatch):
+def test_bad_input_is_refused_in_one_paragraph(monkeypatch, tmp_path):
     with pytest.raises(UserError, match="Unknown XCiT preset 'small'"):
         compile_kernels.main(['--preset', 'small'])
     with pytest.raises(UserError, match='must be positive'):
         compile_kernels.main(['--batch', '0'])
+    # compute capabilities LLVM would abort on, before any work
+    for arch in ('0', '1000', '-5', '88'):
+        with pytest.raises(UserError, match=f'--arch {arch}: .* sm_70 to '
+                           'sm_121'):
+            compile_kernels.main(['--arch', '90', arch])
+    # outputs that cannot be written, before any work
+    with pytest.raises(UserError, match='is a folder'):
+        compile_kernels.main(['--out', str(tmp_path)])
+    (tmp_path / 'a_file').write_text('')
+    with pytest.raises(UserError, match='is a file, not a folder'):
+        compile_kernels.main(['--out', str(tmp_path / 'a_file' / 'x.json')])
+    with pytest.raises(UserError, match='cannot be written'):
+        compile_kernels.main(['--out', '/proc/xcit_dense.json'])
     monkeypatch.setenv('TRITON_INTERPRET', '1')  # as the CPU tests run
     with pytest.raises(UserError, match='without TRITON_INTERPRET=1'):
         compile_kernels.main(['--arch', '90'])

@@ -16,9 +16,12 @@ the cubin Triton made (``cuobjdump -res-usage``, Triton's copy).
     python tools/compile_kernels.py                        # S12/16, 800x1344
     python tools/compile_kernels.py --arch 80 90 --dtype bfloat16 --check
 
-``--check`` exits with 1 if a kernel fails to compile, spills or needs more
-shared memory than the architecture has. Nothing runs on a GPU; launch
-speed and occupancy are for ``make gpu-report``.
+``--arch`` takes CUDA compute capabilities (not XCiT presets, which
+``--preset`` names): those of NVIDIA's GPUs that Triton compiles for, 70
+(sm_70) to 121 (sm_121). ``--check`` exits with 1 if a kernel fails to
+compile, spills or needs more shared memory than the architecture has.
+Nothing runs on a GPU; launch speed and occupancy are for ``make
+gpu-report``.
 """
 import argparse
 import contextlib
@@ -33,13 +36,21 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..'))
 
-from xcit_dense.cli import run_cli  # noqa: E402
+from xcit_dense.atomic_files import (  # noqa: E402
+    move_into_place,
+    unverified_file,
+)
+from xcit_dense.cli import check_output, run_cli  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 
 DTYPES = ('float32', 'bfloat16', 'float16')
 #: shared memory one block may use (bytes), by compute capability (CUDA
 #: programming guide, "Technical Specifications per Compute Capability")
 SHARED_LIMITS = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
+#: the compute capabilities ``--arch`` takes: NVIDIA's GPUs from Volta
+#: (sm_70) to Blackwell (sm_121), each of which Triton 3.7.1 compiles for
+#: with the ``ptxas`` it ships; LLVM aborts the process on other numbers
+ARCHS = (70, 75, 80, 86, 87, 89, 90, 100, 103, 110, 120, 121)
 
 
 @dataclass
@@ -90,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--arch', nargs='+', type=int, default=[80, 90],
                         help='CUDA compute capabilities, as 80 for sm_80 '
-                             '(A100), 90 for sm_90 (H100, H200)')
+                             '(A100), 90 for sm_90 (H100, H200); one of '
+                             + ', '.join(map(str, ARCHS)))
     parser.add_argument('--dtype', nargs='+', choices=DTYPES,
                         default=list(DTYPES),
                         help='float32: no autocast; bfloat16, float16: '
@@ -296,6 +308,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if min(*args.size, args.batch) < 1:
         raise UserError(f'--size and --batch must be positive, got '
                         f'{args.size} and {args.batch}.')
+    unknown = [arch for arch in args.arch if arch not in ARCHS]
+    if unknown:
+        raise UserError(
+            f'--arch {" ".join(map(str, unknown))}: --arch takes CUDA compute '
+            f'capabilities that Triton compiles for, sm_{ARCHS[0]} to '
+            f'sm_{ARCHS[-1]}: {", ".join(map(str, ARCHS))} (80 for sm_80, '
+            f'the A100; 90 for sm_90, the H100 and H200).')
+    if args.out:
+        check_output(args.out, '--out')
     triton = _triton()
     import torch
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
@@ -313,9 +334,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f'{torch.__version__}, TF32 {"on" if args.tf32 else "off"}: '
           f'{len(launches)} kernel variants\n')
     print(table(rows))
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump([asdict(r) for r in rows], f, indent=1)
+    if args.out:  # its folder made if missing, as check_output promised
+        with unverified_file(args.out, '.json') as partial:
+            with open(partial, 'w') as f:
+                json.dump([asdict(r) for r in rows], f, indent=1)
+            move_into_place(partial, args.out)
     problems = [f'{r.kernel} [{r.variant}] {r.step} sm_{r.arch}: {p}'
                 for r in rows for p in r.problems()]
     for line in problems:

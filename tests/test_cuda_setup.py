@@ -444,3 +444,42 @@ def test_wheelhouse_adds_only_a_cuda_build_of_mmcv(tmp_path):
         assert 'with CUDA ops for PyTorch' in proc.stdout, proc.stdout
         assert len(added) == 2 and {n.endswith('.whl.json')
                                     for n in added} == {True, False}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is present')
+def test_check_without_a_gpu_says_there_is_none(monkeypatch):
+    monkeypatch.setattr(cuda_setup, '_nvidia_smi', lambda: '')
+    with pytest.raises(cuda_setup.SetupError, match='There is no GPU here: '
+                       'no NVIDIA driver') as raised:
+        cuda_setup.check_ops()
+    assert 'rebuild' not in str(raised.value)
+    assert 'on this GPU' not in str(raised.value)
+    # a GPU that the driver shows but PyTorch cannot use: that paragraph
+    monkeypatch.setattr(cuda_setup, '_nvidia_smi',
+                        lambda: 'GPU 0: NVIDIA H100 80GB HBM3\n')
+    with pytest.raises(cuda_setup.SetupError, match='nvidia-smi sees'):
+        cuda_setup.check_ops()
+
+
+@pytest.mark.parametrize('argv, status, message', [
+    (['venv'], 2, 'usage: python tools/cuda_setup.py venv DEST '
+     '[--without-pip]: venv takes 1 argument (DEST), got none.'),
+    (['plan', 'extra'], 2, "plan takes no arguments, got 'extra'"),
+    (['frobnicate'], 2, "unknown command 'frobnicate'; the commands are "
+     'plan, cuda-home'),
+    (['describe', 'notes.txt', '8.0'], 1, 'is not named as a wheel is'),
+    (['describe', 'mmcv-2.1.0-cp311-cp311-linux_x86_64.whl', '8.0'], 1,
+     'no such file'),
+    (['system-constraints', 'missing.txt', 'out.txt'], 1,
+     'Cannot read the pins missing.txt'),
+    (['venv', '/proc/xcit_dense_venv'], 1,
+     'Cannot make a virtual environment at /proc/xcit_dense_venv'),
+])
+def test_bad_command_lines_are_one_paragraph(tmp_path, monkeypatch, capsys,
+                                             argv, status, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'notes.txt').write_text('')
+    assert cuda_setup.main(argv) == status
+    out, err = capsys.readouterr()
+    assert out == '' and err.startswith('[setup_env] ') and message in err
+    assert len(err.strip().splitlines()) == 1, err

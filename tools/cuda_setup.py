@@ -26,6 +26,9 @@ toolkit whose compiler matches PyTorch's CUDA version) or ``CUDA_WHEELS``
 (the package-registry requirement that provides one), and stops with one
 paragraph when a GPU is visible but cannot be used. ``prebuilt`` prints
 the wheel to install, or says on one line why none suits (exit status 1).
+``check`` on a machine without a GPU PyTorch can use says so (no NVIDIA
+driver, or one PyTorch cannot use). A command line other than the above
+ends with one paragraph (exit status 2); without a command, this text.
 Every decision is a function of its inputs, tested on the CPU
 (tests/test_cuda_setup.py).
 """
@@ -281,8 +284,19 @@ def plan(env: Dict[str, str]) -> Dict[str, str]:
 
 
 def check_ops() -> None:
-    """mmcv's RoIAlign and NMS on CUDA tensors, against their CPU results."""
+    """mmcv's RoIAlign and NMS on CUDA tensors, against their CPU results;
+    first, that there is a GPU PyTorch can use."""
     import torch
+    if not torch.cuda.is_available():
+        smi = _nvidia_smi()
+        if smi.strip():
+            raise SetupError(gpu_without_torch_paragraph(
+                torch.__version__, torch.version.cuda, smi))
+        raise SetupError(
+            'There is no GPU here: no NVIDIA driver answers (nvidia-smi '
+            'finds no GPU) and PyTorch sees no CUDA device, so mmcv\'s CUDA '
+            'ops cannot run on this machine. Run the check on the GPU '
+            'machine; here, the CPU set-up needs no CUDA ops.')
     try:
         from mmcv.ops import RoIAlign, nms
         feats = torch.arange(2 * 4 * 16 * 16, dtype=torch.float32).view(
@@ -385,7 +399,12 @@ def make_venv(dest: str, with_pip: bool = True) -> List[str]:
             cmd.append('--system-site-packages')
         if not with_pip:
             cmd.append('--without-pip')
-        subprocess.run(cmd, check=True)
+        made = subprocess.run(cmd, capture_output=True, text=True)
+        if made.returncode != 0:
+            lines = made.stderr.strip().splitlines() or ['no message']
+            raise SetupError(f'Cannot make a virtual environment at {dest} '
+                             f'({lines[-1].strip()}): give a folder this '
+                             f'process can create and write in.')
         notes.append(
             f'created {dest} over {sys.executable} and its packages ' +
             (f'(a virtual environment\'s: {OUTER_SITE_PTH})' if nested
@@ -461,6 +480,11 @@ def wheel_tags(filename: str) -> Dict[str, str]:
     parts = osp.basename(filename)[:-len('.whl')].split('-')
     if len(parts) == 6:  # with a build tag
         del parts[2]
+    if not filename.endswith('.whl') or len(parts) != 5:
+        raise SetupError(
+            f'{filename} is not named as a wheel is '
+            f'(NAME-VERSION-PYTHON-ABI-PLATFORM.whl, e.g. '
+            f'mmcv-2.1.0-cp311-cp311-linux_x86_64.whl).')
     name, version, python, abi, platform = parts
     return dict(name=name, version=version, python=python, abi=abi,
                 platform=platform)
@@ -657,8 +681,43 @@ def add_to_wheelhouse(dest: str, python_version: str,
                     f'{built["python"]}: {folder}')
 
 
+#: each command's arguments, as the module docstring gives them
+USAGE = {
+    'plan': '', 'cuda-home': '', 'check': '', 'torch': '',
+    'venv': 'DEST [--without-pip]', 'system-constraints': 'SRC DEST',
+    'describe': 'WHEEL ARCHS', 'prebuilt': 'WHEELHOUSE',
+    'wheelhouse-mmcv': 'DEST PYTHON_VERSION',
+}
+
+
+def usage_problem(argv: Sequence[str]) -> Optional[str]:
+    """What is wrong with a command line (one paragraph), None if
+    nothing."""
+    if not argv:
+        return None
+    command, args = argv[0], list(argv[1:])
+    if command not in USAGE:
+        return (f'unknown command {command!r}; the commands are '
+                f'{", ".join(USAGE)} (python tools/cuda_setup.py alone '
+                f'says what each does).')
+    usage = f'usage: python tools/cuda_setup.py {command} {USAGE[command]}'
+    names = [n for n in USAGE[command].split() if not n.startswith('[')]
+    if command == 'venv' and args[1:] == ['--without-pip']:
+        args = args[:1]
+    if len(args) != len(names):
+        got = f'got {" ".join(args)!r}' if args else 'got none'
+        wanted = (f'{len(names)} argument{"s" if len(names) != 1 else ""} '
+                  f'({", ".join(names)})' if names else 'no arguments')
+        return f'{usage.rstrip()}: {command} takes {wanted}, {got}.'
+    return None
+
+
 def main(argv: Sequence[str]) -> int:
     command = argv[0] if argv else ''
+    problem = usage_problem(argv)
+    if problem is not None:
+        print(f'[setup_env] {problem}', file=sys.stderr)
+        return 2
     try:
         if command == 'plan':
             for key, value in plan(dict(os.environ)).items():
@@ -677,11 +736,11 @@ def main(argv: Sequence[str]) -> int:
             print(f'[setup_env] PyTorch {torch.__version__} in '
                   f'{osp.dirname(osp.dirname(torch.__file__))}'
                   + (f': {note}' if note else ''))
-        elif command == 'venv' and argv[2:] in ([], ['--without-pip']):
+        elif command == 'venv':
             with_pip = not argv[2:]
             for note in make_venv(argv[1], with_pip=with_pip):
                 print(f'[setup_env] {note}')
-        elif command == 'system-constraints' and len(argv) == 3:
+        elif command == 'system-constraints':
             from importlib import metadata
             installed = {}
             for name in PINNED_AS_INSTALLED:
@@ -689,18 +748,31 @@ def main(argv: Sequence[str]) -> int:
                     installed[name] = metadata.version(name)
                 except metadata.PackageNotFoundError:
                     installed[name] = None
-            with open(argv[1]) as f:
-                lines = system_torch_constraints(f.readlines(), installed)
-            with open(argv[2], 'w') as f:
-                f.write('\n'.join(lines) + '\n')
-        elif command == 'describe' and len(argv) == 3:
+            try:
+                with open(argv[1]) as f:
+                    lines = system_torch_constraints(f.readlines(),
+                                                     installed)
+            except OSError as err:
+                raise SetupError(f'Cannot read the pins {argv[1]} '
+                                 f'({err.strerror}).') from err
+            try:
+                with open(argv[2], 'w') as f:
+                    f.write('\n'.join(lines) + '\n')
+            except OSError as err:
+                raise SetupError(f'Cannot write {argv[2]} '
+                                 f'({err.strerror}).') from err
+        elif command == 'describe':
+            if not osp.isfile(argv[1]):
+                raise SetupError(f'{argv[1]}: no such file; describe takes '
+                                 f'the mmcv wheel a CUDA build made '
+                                 f'(mmcv-*.whl).')
             import torch
             built = describe_wheel(argv[1], argv[2], torch.__version__,
                                    torch.version.cuda, glibc_version())
             with open(argv[1] + '.json', 'w') as f:
                 json.dump(built, f, indent=1)
             print(f'[setup_env] {argv[1]}.json: {built}')
-        elif command == 'prebuilt' and len(argv) == 2:
+        elif command == 'prebuilt':
             present = present_machine()
             wheel, notes = choose_prebuilt(argv[1], present)
             if wheel is None:
@@ -713,7 +785,7 @@ def main(argv: Sequence[str]) -> int:
                       + '): building it', file=sys.stderr)
                 return 1
             print(wheel)
-        elif command == 'wheelhouse-mmcv' and len(argv) == 3:
+        elif command == 'wheelhouse-mmcv':
             from importlib import metadata
             try:
                 record = metadata.distribution('mmcv').read_text('RECORD')

@@ -11,7 +11,11 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from xcit_dense import CheckpointError, XCiT
-from xcit_dense.checkpoint import convert_state_dict, extract_state_dict
+from xcit_dense.checkpoint import (
+    convert_state_dict,
+    extract_state_dict,
+    read_checkpoint,
+)
 
 from conftest import REPO, run_tool_here
 
@@ -292,6 +296,9 @@ def test_converter_tool(timm_nano, tmp_path):
                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert 'nano_12_p16' in proc.stdout  # inferred preset
+    # into a log (no terminal): the progress bar's last frame only
+    assert '\r' not in proc.stdout
+    assert proc.stdout.count('copying [') == 1, proc.stdout
     saved = torch.load(dst, weights_only=True)
     assert set(saved) == {'state_dict', 'meta'}
     assert not any(k.startswith(('head', 'cls', 'backbone.', 'pos_embeder'))
@@ -313,8 +320,32 @@ def test_converter_tool(timm_nano, tmp_path):
                              cwd=tmp_path)
         assert proc.returncode == 1 and 'Traceback' not in proc.stderr
         assert message in proc.stderr, proc.stderr
+    # --config checks published detectors / segmentors, not a backbone
+    proc = run_tool_here('tools/convert_checkpoint.py', src,
+                         tmp_path / 'other.pth', '--config',
+                         'mask_rcnn_xcit_s12_p16_3x_coco', cwd=tmp_path)
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert '--config is for published detectors' in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ['backbone.pth',
                                                            'dino.pth']
+
+
+def test_an_onnx_file_is_named_as_such(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+    value = helper.make_tensor_value_info('x', TensorProto.FLOAT, [1])
+    out = helper.make_tensor_value_info('y', TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node('Identity', ['x'], ['y'])],
+                              'exported', [value], [out])
+    path = tmp_path / 'model.onnx'
+    onnx.save(helper.make_model(graph), str(path))
+    with pytest.raises(CheckpointError, match='is an ONNX file .an exported '
+                       'model'):
+        read_checkpoint(str(path))
+    # renamed, it is still told apart by its contents
+    path.rename(tmp_path / 'model.pth')
+    with pytest.raises(CheckpointError, match='is an ONNX file'):
+        read_checkpoint(str(tmp_path / 'model.pth'))
 
 
 def test_convert_state_dict_is_pure():

@@ -375,6 +375,12 @@ def test_demo_draws_published_model_with_its_classes(coco_pair, tiny_coco,
 def test_converter_writes_our_layout(coco_pair, tmp_path):
     cfg, ours, pub, _ = coco_pair
     dst = tmp_path / 'converted.pth'
+    # a .safetensors DST: refused before the model is built and checked
+    proc = run_tool_here('tools/convert_checkpoint.py', pub,
+                         tmp_path / 'converted.safetensors', '--config', cfg)
+    _fails_cleanly(proc, r'whole detector / segmentor, which is written '
+                   r'as \.pth')
+    assert 'checking every weight' not in proc.stdout
     proc = run_tool_here('tools/convert_checkpoint.py', pub, dst, '--config',
                          cfg)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

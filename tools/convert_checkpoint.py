@@ -104,10 +104,6 @@ def convert_whole_model(args, raw):
     step(f'checking every weight against the model of {config}')
     weights, _ = check_model_weights(converted['state_dict'],
                                      build_model(config).state_dict())
-    if args.dst.endswith('.safetensors'):
-        raise UserError('Whole detectors and segmentors are written as '
-                        '.pth (mmengine checkpoints); DST ends in '
-                        '.safetensors.')
     meta = dict(converted['meta'], source=osp.basename(args.src),
                 config=osp.basename(config), xcit_dense_version=__version__)
     step(f'writing {args.dst}')
@@ -134,9 +130,20 @@ def main():
     step(f'reading {args.src} ({osp.getsize(src) / 2**20:.1f} MiB)')
     raw = read_checkpoint(src)
     if is_published(raw):
+        if args.dst.endswith('.safetensors'):
+            raise UserError(
+                f'{args.src} is a whole detector / segmentor, which is '
+                'written as .pth (an mmengine checkpoint, with its class '
+                'names and palette); DST ends in .safetensors.')
         step('a published XCiT detector / segmentor (mmdet 2 / mmseg 0 '
              'layout); converting')
         return convert_whole_model(args, raw)
+    if args.config is not None:
+        raise UserError(
+            f'--config is for published detectors and segmentors; '
+            f'{args.src} is a classification / backbone checkpoint, which '
+            'is checked against the XCiT preset its shapes give (or '
+            '--arch), not against a config. Leave out --config.')
     state_dict, fmt = extract_state_dict(raw, args.checkpoint_key)
     step(f'{fmt} checkpoint with {len(state_dict)} entries; converting')
     converted, dropped = convert_state_dict(state_dict)
@@ -164,13 +171,20 @@ def main():
     out = {}
     total = sum(v.numel() for v in to_load.values())
     done = 0
+    # a bar redrawn in place on a terminal; in a log (a file, a pipe), the
+    # last frame only
+    terminal = sys.stdout.isatty()
+    start, end = ('\r', '') if terminal else ('', '\n')
     for i, (k, v) in enumerate(sorted(to_load.items()), start=1):
         out[k] = v.detach().clone().contiguous()
         done += v.numel()
-        bar = '#' * int(30 * done / max(total, 1))
-        print(f'\r  copying [{bar:<30}] {i}/{len(to_load)} tensors, '
-              f'{done / 1e6:.1f}M parameters', end='', flush=True)
-    print()
+        if terminal or i == len(to_load):
+            bar = '#' * int(30 * done / max(total, 1))
+            print(f'{start}  copying [{bar:<30}] {i}/{len(to_load)} '
+                  f'tensors, {done / 1e6:.1f}M parameters', end=end,
+                  flush=True)
+    if terminal:
+        print()
     meta = dict(source=osp.basename(args.src), source_format=fmt,
                 arch=arch or '', xcit_dense_version=__version__)
     step(f'writing {args.dst}')

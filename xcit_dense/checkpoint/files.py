@@ -83,6 +83,34 @@ def _unpickler_detail(error: pickle.UnpicklingError) -> str:
     return detail.split('. ')[0]
 
 
+def _is_onnx(path: str) -> bool:
+    """Whether ``path`` is an ONNX model (an exported network: a protobuf
+    ``ModelProto``, whose first field is its IR version), not a
+    checkpoint."""
+    with open(path, 'rb') as f:
+        if f.read(1) != b'\x08':
+            return False
+    try:
+        import onnx
+        model = onnx.load(path, load_external_data=False)
+    except Exception:  # no onnx here, or bytes that only began like one
+        return path.endswith('.onnx')
+    return model.ir_version > 0 and len(model.graph.node) > 0
+
+
+def _not_a_checkpoint(path: str, detail: str) -> CheckpointError:
+    """The error for a file torch.load cannot read: an ONNX model named
+    as such, anything else as no checkpoint (``detail``: what failed)."""
+    if _is_onnx(path):
+        return CheckpointError(
+            f'{path} is an ONNX file (an exported model, e.g. by '
+            'tools/export_onnx.py), not a checkpoint: it holds the network '
+            'for a runtime, not weights to load. Give the .pth checkpoint '
+            'it was exported from (tools/demo.py and tools/test.py run the '
+            '.onnx file itself).')
+    return CheckpointError(f'Cannot read {path}: {detail}')
+
+
 def read_checkpoint(path: str) -> Mapping:
     """Read a checkpoint file (or URL, see :func:`local_checkpoint`) without
     arbitrary unpickling.
@@ -114,13 +142,13 @@ def read_checkpoint(path: str) -> Mapping:
                 'If you trust the file, re-save only its tensors, e.g. '
                 "torch.save(torch.load(path, weights_only=False)['model'], "
                 f'new_path). The unpickler: {_unpickler_detail(e)}.') from e
-        raise CheckpointError(
-            f'Cannot read {path}: not a PyTorch checkpoint or truncated '
-            f'(the unpickler: {_unpickler_detail(e)})') from e
+        raise _not_a_checkpoint(
+            path, f'not a PyTorch checkpoint or truncated (the unpickler: '
+            f'{_unpickler_detail(e)})') from e
     except Exception as e:
         # a file of any bytes: the legacy format's unpickler fails as they
         # lead it (a memo KeyError for "hi\n"), or RuntimeError, EOFError,
         # BadZipFile, OSError
-        raise CheckpointError(
-            f'Cannot read {path}: the file is truncated or not a PyTorch '
-            f'checkpoint ({type(e).__name__}: {e})') from e
+        raise _not_a_checkpoint(
+            path, f'the file is truncated or not a PyTorch checkpoint '
+            f'({type(e).__name__}: {e})') from e

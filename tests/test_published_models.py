@@ -381,6 +381,13 @@ def test_converter_writes_our_layout(coco_pair, tmp_path):
     _fails_cleanly(proc, r'whole detector / segmentor, which is written '
                    r'as \.pth')
     assert 'checking every weight' not in proc.stdout
+    # the backbone checkpoints' options: refused, not ignored
+    proc = run_tool_here('tools/convert_checkpoint.py', pub, dst, '--config',
+                         cfg, '--arch', 'small_12_p16', '--checkpoint-key',
+                         'model')
+    _fails_cleanly(proc, r'--arch and --checkpoint-key choose\(s\) what a '
+                   r'classification / backbone checkpoint is checked against')
+    assert not dst.exists()
     proc = run_tool_here('tools/convert_checkpoint.py', pub, dst, '--config',
                          cfg)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -130,6 +130,19 @@ def main():
     step(f'reading {args.src} ({osp.getsize(src) / 2**20:.1f} MiB)')
     raw = read_checkpoint(src)
     if is_published(raw):
+        given = [f'--{name.replace("_", "-")}'
+                 for name in ('arch', 'checkpoint_key')
+                 if getattr(args, name) is not None]
+        if given:
+            raise UserError(
+                f'{" and ".join(given)} '
+                f'{"choose" if len(given) > 1 else "chooses"} what a '
+                'classification / '
+                f'backbone checkpoint is checked against; {args.src} is a '
+                'published XCiT detector / segmentor, checked against the '
+                'whole model of its config (--config, or the model '
+                "index's for its file name). Leave out "
+                f'{" and ".join(given)}.')
         if args.dst.endswith('.safetensors'):
             raise UserError(
                 f'{args.src} is a whole detector / segmentor, which is '

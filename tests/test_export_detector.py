@@ -157,6 +157,17 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
             quantization.export_int8(str(out), str(int8), 'DetectorGraph',
                                      images[:2], images[2:], log=print)
         assert not int8.exists()
+        # no fp32 detection this confident: checked on nothing, and said
+        patch.undo()
+        patch.setattr(quantization, 'CONFIDENT', 1.5)
+        lines = []
+        empty = quantization.export_int8(str(out), str(int8), 'DetectorGraph',
+                                         images[:2], images[2:],
+                                         log=lines.append)
+        assert empty['compared'] == 0
+        assert any('the INT8 file was checked on nothing' in line
+                   for line in lines), lines
+        patch.undo()
         patch.setattr(quantization, 'DETECTION_RECALL', 0.0)
         row = quantization.export_int8(str(out), str(int8), 'DetectorGraph',
                                        images[:2], images[2:], log=print)

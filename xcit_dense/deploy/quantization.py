@@ -227,6 +227,12 @@ def export_int8(fp32_path: str, int8_path: str, graph: str,
         log(f'  INT8 vs fp32 on {len(check)} other images: '
             f'{row["agreement"]:.1%} of {row["compared"]} {what}; budget '
             f'{row["budget"]:.0%}')
+        if not row['compared']:
+            log('  warning: the fp32 file finds no detection scoring >= '
+                f'{CONFIDENT} on these images, so the INT8 file was '
+                'checked on nothing (a model that detects nothing yet: '
+                'untrained, or random weights); check it with tools/test.py '
+                'once it detects')
         if not row['within']:
             raise ExportError(
                 f'The INT8 model is outside its accuracy budget: on '

@@ -79,3 +79,34 @@ def test_a_list_of_necks_is_named_as_cfg_options_names_it():
     cfg.merge_from_dict({key: eval(value)})
     assert cfg.model.neck[0].in_channels == [192] * 4
     _check(cfg)
+
+
+def test_the_checkpoint_check_leaves_the_model_config_as_it_was(tmp_path):
+    """``check_fits`` builds the model on the meta device from a copy of its
+    config: mmdet's DeformableDETR (and DINO) set their head's arguments
+    in the config they are given, and the runner's build of the same
+    config then failed its assertion (tools/test.py, --resume, load_from)."""
+    import torch
+    from mmdet.registry import MODELS
+
+    from xcit_dense.cli import load_config
+    from xcit_dense.preflight import check_fits
+    from xcit_dense.toolkits import use_toolkit
+    config = tmp_path / 'ddetr.py'
+    config.write_text(
+        "_base_ = 'mmdet::deformable_detr/deformable-detr_r50_16xb2-50e_"
+        "coco.py'\n"
+        "custom_imports = dict(imports=['xcit_dense'])\n"
+        "model = dict(backbone=dict(_delete_=True, type='xcit_dense.XCiT', "
+        "arch='nano_12_p16', depth=4, out_indices=(0, 1, 2, 3), "
+        "init_cfg=None), neck=dict(in_channels=[128] * 4, num_outs=4))\n")
+    cfg = load_config(str(config))
+    use_toolkit('mmdet')
+    before = cfg.model.to_dict()
+    with torch.device('meta'):
+        weights = MODELS.build(cfg.model).state_dict()
+    cfg = load_config(str(config))
+    check_fits(cfg, {'state_dict': weights}, allow_new_classes=False)
+    assert cfg.model.to_dict() == before
+    with torch.device('meta'):
+        MODELS.build(cfg.model)  # as the runner builds it

@@ -1,6 +1,7 @@
 """Pre-flight checks: every input a run reads (data, evaluator files, the
 backbone's arguments, checkpoints) is checked before anything is written,
 and a problem is one paragraph (:class:`~xcit_dense.errors.UserError`)."""
+import copy
 import os.path as osp
 from typing import Iterator, Mapping, Optional, Tuple
 
@@ -308,6 +309,9 @@ def check_fits(cfg, checkpoint: Mapping, allow_new_classes: bool) -> None:
     model = cfg.get('model') or {}
     if str(model.get('type', '')).endswith('TTAModel'):
         model = model.get('module') or {}
+    # a copy: some models edit their config as they build (mmdet's
+    # DeformableDETR sets its head's arguments), and the runner builds it
+    model = copy.deepcopy(model)
     try:
         registry = use_toolkit(cfg.get('default_scope'))
         # the runner builds it again and says what it warns about

@@ -385,6 +385,19 @@ def test_bad_arguments(kwargs, match):
         XCiT(**kwargs)
 
 
+def test_deprecated_pretrained_is_the_init_cfg_it_names():
+    """``pretrained``, as mmdet's and mmseg's backbones take it (mmseg's
+    EncoderDecoder hands its model-level one on): a warning and the
+    ``Pretrained`` init_cfg; with an init_cfg too, refused."""
+    with pytest.warns(DeprecationWarning, match='pretrained is deprecated'):
+        model = XCiT(arch='nano_12_p16', depth=4, out_indices=(0, 1, 2, 3),
+                     pretrained='xcit.pth')
+    assert model.init_cfg == dict(type='Pretrained', checkpoint='xcit.pth')
+    with pytest.raises(ValueError, match='init_cfg and pretrained'):
+        XCiT(arch='nano_12_p16', pretrained='xcit.pth',
+             init_cfg=dict(type='Pretrained', checkpoint='other.pth'))
+
+
 def test_arguments_of_numpy_and_other_norms():
     """numpy's integers where ints are asked for (a config computed with
     numpy), and the other 2-D norms mmcv builds: group norm with a

@@ -338,7 +338,7 @@ def test_launcher_that_did_not_start_the_process_fails_cleanly(
 @pytest.mark.parametrize('case', ['data_root', 'ann_file', 'arch',
                                   'drop_path_rate', 'unknown', 'truncated',
                                   'prefix', 'shapes', 'channels', 'traced',
-                                  'transposed'])
+                                  'transposed', 'pretrained'])
 def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
     work = tmp_path / 'work'
     options = {
@@ -351,6 +351,8 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
         # mmengine's conv-BN fusion of modules it traces with torch.fx
         'traced': ["efficient_conv_bn_eval=['backbone']"],
         'transposed': ["efficient_conv_bn_eval=['backbone.fpn1']"],
+        # mmseg's ResNet bases set it; its EncoderDecoder hands it on
+        'pretrained': ['model.pretrained=open-mmlab://resnet50_v1c'],
     }.get(case, [])
     extra = ''
     if case == 'truncated':
@@ -401,6 +403,9 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
         'transposed': [r'computes nothing for the transposed convolution '
                        r'backbone\.fpn1\.0 followed by BatchNorm '
                        r'backbone\.fpn1\.1'],
+        'pretrained': [r"model\.pretrained='open-mmlab://resnet50_v1c' "
+                       r'would initialise the XCiT backbone',
+                       r'--cfg-options model\.pretrained=None'],
         'shapes': [r'mean_teacher\.pth cannot initialise the backbone',
                    r'patch_embed\.proj\.0\.0\.weight: checkpoint '
                    r'\(24, 3, 3, 3\) vs model \(16, 3, 3, 3\)'],

@@ -88,6 +88,15 @@ def check_backbone(cfg) -> Optional[nn.Module]:
     backbone = (cfg.get('model') or {}).get('backbone') or {}
     if str(backbone.get('type', '')).split('.')[-1] != 'XCiT':
         return None
+    pretrained = cfg.model.get('pretrained')
+    if pretrained is not None:
+        raise UserError(
+            f'model.pretrained={pretrained!r} would initialise the XCiT '
+            'backbone (mmseg\'s EncoderDecoder hands it to the backbone; '
+            'mmseg\'s ResNet base configs set it). Set model.pretrained='
+            'None (--cfg-options model.pretrained=None), and give XCiT\'s '
+            'weights, if any, as model.backbone.init_cfg=dict('
+            "type='Pretrained', checkpoint=PATH_OR_URL).")
     import torch
 
     from .models import XCiT

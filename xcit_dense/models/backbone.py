@@ -15,6 +15,7 @@ It imports neither mmdet nor mmsegmentation; both build it through the
 """
 import logging
 import re
+import warnings
 from contextlib import nullcontext
 from functools import partial
 from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
@@ -59,6 +60,27 @@ PUBLISHED_NAMES = (('pos_embeder.', 'pos_embed.'), )
 #: what an explicit ``cuda_graphs`` replays on the devices graphs run on
 _GRAPHED = {False: frozenset(), True: frozenset({'infer'}),
             'train': frozenset({'infer', 'train'})}
+
+
+def pretrained_as_init_cfg(pretrained: Optional[str], init_cfg):
+    """``init_cfg`` of the deprecated ``pretrained`` argument, as mmdet's and
+    mmseg's backbones take it (a warning; not both)."""
+    if pretrained is None:
+        return init_cfg
+    if not isinstance(pretrained, str):
+        raise TypeError(f'pretrained must be a checkpoint path or URL (str) '
+                        f'or None, got {pretrained!r}')
+    if init_cfg is not None:
+        raise ValueError(
+            f'init_cfg and pretrained={pretrained!r} cannot be set at the '
+            'same time; pretrained is deprecated: give '
+            'init_cfg=dict(type=\'Pretrained\', checkpoint=...) alone (an '
+            'mmseg model passes its model-level pretrained to the backbone: '
+            'set model.pretrained=None)')
+    warnings.warn('XCiT: pretrained is deprecated, give init_cfg=dict('
+                  'type=\'Pretrained\', checkpoint=...) instead',
+                  DeprecationWarning)
+    return dict(type='Pretrained', checkpoint=pretrained)
 
 
 @MODELS.register_module()
@@ -149,6 +171,11 @@ class XCiT(BaseModule):
             weights under it (mmengine's: ``'backbone.'``,
             ``'teacher.backbone.'``), ``checkpoint_key`` picks
             ``'teacher'`` (default) or ``'student'`` from DINO files.
+        pretrained (str, optional): Deprecated, as in mmdet's and mmseg's
+            backbones (mmseg's ``EncoderDecoder`` hands its model-level
+            ``pretrained`` to the backbone): the checkpoint of
+            ``init_cfg=dict(type='Pretrained', checkpoint=pretrained)``,
+            which to give instead. Defaults to None.
     """
 
     out_strides: Tuple[int, ...] = OUT_STRIDES
@@ -176,7 +203,9 @@ class XCiT(BaseModule):
                  autocast_dtype: Optional[str] = None,
                  fast_path: Union[bool, str] = True,
                  cuda_graphs: Union[bool, str] = False,
+                 pretrained: Optional[str] = None,
                  init_cfg: Union[dict, Sequence[dict], None] = None):
+        init_cfg = pretrained_as_init_cfg(pretrained, init_cfg)
         settings = resolve_arch(
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
             num_heads=num_heads, eta=eta)

@@ -110,3 +110,24 @@ def test_the_checkpoint_check_leaves_the_model_config_as_it_was(tmp_path):
     assert cfg.model.to_dict() == before
     with torch.device('meta'):
         MODELS.build(cfg.model)  # as the runner builds it
+
+
+@pytest.mark.parametrize('setting, message', [
+    (dict(in_index=4), r'model\.decode_head\.in_index is 4, but the backbone '
+     r'gives 4 maps \(indices 0 to 3'),
+    (dict(in_index=[1, 2, 3]), r'in_channels is \[128, 128, 128, 128\].*'
+     r'in_channels=\[128,128,128\]'),
+    (dict(c1_in_channels=256, c1_in_index=0),
+     r'c1_in_channels is 256, .*c1_in_channels=128'),
+    (dict(c1_in_index=5), r'c1_in_index is 5'),
+])
+def test_heads_name_maps_the_backbone_gives(setting, message):
+    """mmseg's ``in_index`` (one map or a list), DeepLabV3+'s low-level map
+    (``c1_in_index``, ``c1_in_channels``): one paragraph before the run,
+    where mmseg would end in an IndexError, an AssertionError or a
+    convolution's shape error."""
+    cfg = Config.fromfile(
+        str(REPO / 'configs/ade20k/demo_upernet_xcit_nano_synthetic.py'))
+    cfg.model.decode_head.update(setting)
+    with pytest.raises(UserError, match=message):
+        _check(cfg)

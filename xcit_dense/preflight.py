@@ -143,6 +143,14 @@ def check_channels(cfg, backbone: Optional[nn.Module]) -> None:
     from .models.presets import preset_widths
     channels, maps = backbone.embed_dim, len(backbone.out_indices)
     for key, part, every in _consumers(cfg.get('model') or {}):
+        _check_index(key, part, maps)
+        low = part.get('c1_in_channels')  # DeepLabV3+'s low-level map
+        if isinstance(low, int) and low != channels:
+            raise UserError(
+                f'{key}.c1_in_channels is {low}, but the backbone\'s maps '
+                f'have {channels} channels (its embed_dim). Set it to '
+                f'match, e.g. --cfg-options "{key}.c1_in_channels='
+                f'{channels}"')
         given = part.get('in_channels')
         listed = isinstance(given, (list, tuple))
         values = list(given) if listed else [given]
@@ -151,8 +159,11 @@ def check_channels(cfg, backbone: Optional[nn.Module]) -> None:
         index = part.get('in_index')
         taken = maps if every else (len(index) if isinstance(
             index, (list, tuple)) else 1)
-        if values == [channels] * len(values) and \
-                (not listed or not every or len(values) == taken):
+        # a list of in_channels has one entry per map taken (mmseg asserts
+        # as many as in_index names)
+        if values == [channels] * len(values) and (
+                not listed or len(values) == taken or
+                not (every or isinstance(index, (list, tuple)))):
             continue
         expected = [channels] * taken if listed or taken > 1 else channels
         raise UserError(
@@ -162,6 +173,20 @@ def check_channels(cfg, backbone: Optional[nn.Module]) -> None:
             f'Set it to match, e.g. '
             f'--cfg-options "{key}.in_channels='
             f'{str(expected).replace(" ", "")}"')
+
+
+def _check_index(key: str, part: Mapping, maps: int) -> None:
+    """mmseg's ``in_index`` (and DeepLabV3+'s ``c1_in_index``) must name
+    maps the backbone gives (else an IndexError at the first forward)."""
+    for name in ('in_index', 'c1_in_index'):
+        index = part.get(name)
+        values = list(index) if isinstance(index, (list, tuple)) else [index]
+        if index is None or not all(isinstance(v, int) for v in values):
+            continue
+        if any(not -maps <= v < maps for v in values):
+            raise UserError(
+                f'{key}.{name} is {index!r}, but the backbone gives {maps} '
+                f'maps (indices 0 to {maps - 1}: strides 4, 8, 16, 32).')
 
 
 def check_traced(cfg, backbone: Optional[nn.Module]) -> None:

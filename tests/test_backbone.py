@@ -377,12 +377,45 @@ def test_no_weight_decay_names():
     (dict(arch='nano_12_p16', norm_cfg=dict(type='GN', num_groups=32)),
      r"16-channel maps \(ValueError: num_channels \(16\) must be "
      r'divisible.*embed_dim / 8'),
+    (dict(arch='nano_12_p16', out_levels=()), r'out_levels must be'),
+    (dict(arch='nano_12_p16', out_levels=(1, 4)),
+     r'out_levels must be strictly increasing pyramid levels in \[0, 3\]'),
+    (dict(arch='nano_12_p16', out_levels=(2, 1)), r'out_levels'),
     (dict(arch='nano_12_p16', norm_cfg=dict(type='Foo')),
      r"norm_cfg=\{'type': 'Foo'\} does not normalise"),
 ])
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         XCiT(**kwargs)
+
+
+@pytest.mark.parametrize('levels', [(1, 2, 3), (0, 1, 2), (3, )])
+def test_out_levels_return_those_levels_and_build_nothing_else(levels):
+    """``out_levels``: the maps of those levels, as the whole pyramid
+    computes them; the other levels' resamplers and the blocks after the
+    last one tapped are not built, and every parameter built gets a
+    gradient (DDP needs no ``find_unused_parameters``)."""
+    torch.manual_seed(0)
+    whole = XCiT(arch='nano_12_p16', depth=4, out_indices=(0, 1, 2, 3))
+    part = XCiT(arch='nano_12_p16', depth=4, out_indices=(0, 1, 2, 3),
+                out_levels=levels)
+    state = whole.state_dict()
+    part.load_state_dict({k: v for k, v in state.items()
+                          if k in part.state_dict()})
+    assert [n for n, _ in part.named_children() if n.startswith('fpn')] == \
+        [f'fpn{level + 1}' for level in levels]
+    assert len(part.blocks) == levels[-1] + 1
+    assert part.out_strides == tuple(4 * 2**level for level in levels)
+    x = torch.randn(2, 3, 64, 96)
+    with torch.no_grad():
+        expected = whole.eval()(x)
+        got = part.eval()(x)
+    assert len(got) == len(levels)
+    for level, out in zip(levels, got):
+        torch.testing.assert_close(out, expected[level])
+    part.train()
+    sum(o.sum() for o in part(x)).backward()
+    assert all(p.grad is not None for p in part.parameters())
 
 
 def test_deprecated_pretrained_is_the_init_cfg_it_names():

@@ -266,6 +266,32 @@ def test_own_checkpoint_roundtrip_with_pyramid(tmp_path):
         assert torch.equal(loaded.state_dict()[k], v), k
 
 
+def test_whole_pyramid_checkpoint_into_fewer_levels(tmp_path):
+    """A 4-level detector's backbone imported into ``out_levels=(1, 2, 3)``
+    (a DINO or RTMDet neck): the stride-4 resampler's weights are dropped
+    with their reason, as the blocks after the last tap are; the rest
+    loads."""
+    from xcit_dense.checkpoint import load_backbone_checkpoint
+    model = XCiT(arch='nano_12_p16').eval()
+    path = tmp_path / 'detector.pth'
+    torch.save({'state_dict': {f'backbone.{k}': v
+                               for k, v in model.state_dict().items()}},
+               path)
+    loaded = XCiT(arch='nano_12_p16', out_levels=(1, 2, 3))
+    messages = []
+
+    class Log:
+        info = messages.append
+    report = load_backbone_checkpoint(loaded, str(path), logger=Log)
+    for k, v in loaded.state_dict().items():
+        assert torch.equal(model.state_dict()[k], v), k
+    fpn1 = {k: why for k, why in report['dropped'].items()
+            if k.startswith('fpn1.')}
+    assert fpn1 and set(fpn1.values()) == {
+        'a pyramid level not returned (out_levels)'}
+    assert any('fpn1' in m for m in messages), messages
+
+
 @pytest.mark.parametrize('fast', [True, False])
 def test_checkpoint_saved_before_the_redesign(fast):
     """A checkpoint written by the single-class backbone (commit 565bbaa,

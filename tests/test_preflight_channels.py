@@ -131,3 +131,20 @@ def test_heads_name_maps_the_backbone_gives(setting, message):
     cfg.model.decode_head.update(setting)
     with pytest.raises(UserError, match=message):
         _check(cfg)
+
+
+def test_a_neck_of_three_levels_takes_out_levels():
+    """A neck built for the strides 8, 16, 32 (mmdet's ChannelMapper of DINO,
+    RTMDet's CSPNeXtPAFPN: no level selector of their own) with three
+    in_channels: the message names ``out_levels``, and with
+    ``out_levels=(1, 2, 3)`` the check passes."""
+    cfg = Config.fromfile(
+        str(REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py'))
+    cfg.model.neck.in_channels = [128] * 3
+    with pytest.raises(UserError, match=r'gives 4 maps of 128 channels .*'
+                       r'at strides 4, 8, 16, 32 \(a neck built for the '
+                       r'strides 8, 16, 32 takes them with '
+                       r'model\.backbone\.out_levels=\(1, 2, 3\)\)'):
+        _check(cfg)
+    cfg.model.backbone.out_levels = (1, 2, 3)
+    _check(cfg)

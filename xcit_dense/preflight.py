@@ -135,15 +135,16 @@ def _consumers(model: Mapping) -> Iterator[Tuple[str, Mapping, bool]]:
 def check_channels(cfg, backbone: Optional[nn.Module]) -> None:
     """The neck (or, without one, the heads) must take the XCiT
     ``backbone``'s maps as it gives them: ``embed_dim`` channels each, one
-    per ``out_indices`` entry; else the run would end at its first forward
+    per ``out_levels`` entry; else the run would end at its first forward
     in a convolution's shape error (a preset changed with
     ``--cfg-options model.backbone.arch=...``, the neck left as it was)."""
     if backbone is None:
         return
     from .models.presets import preset_widths
-    channels, maps = backbone.embed_dim, len(backbone.out_indices)
+    channels, maps = backbone.embed_dim, len(backbone.out_levels)
+    strides = ', '.join(map(str, backbone.out_strides))
     for key, part, every in _consumers(cfg.get('model') or {}):
-        _check_index(key, part, maps)
+        _check_index(key, part, maps, strides)
         low = part.get('c1_in_channels')  # DeepLabV3+'s low-level map
         if isinstance(low, int) and low != channels:
             raise UserError(
@@ -166,16 +167,20 @@ def check_channels(cfg, backbone: Optional[nn.Module]) -> None:
                 not (every or isinstance(index, (list, tuple)))):
             continue
         expected = [channels] * taken if listed or taken > 1 else channels
+        # a neck built for three levels without a selector of its own
+        hint = (' (a neck built for the strides 8, 16, 32 takes them with '
+                'model.backbone.out_levels=(1, 2, 3))'
+                if every and listed and len(values) < maps else '')
         raise UserError(
             f'{key}.in_channels is {given!r}, but the backbone '
             f'(model.backbone) gives {maps} maps of {channels} channels '
-            f'(its embed_dim; the presets\' widths: {preset_widths()}). '
-            f'Set it to match, e.g. '
+            f'(its embed_dim; the presets\' widths: {preset_widths()}), '
+            f'at strides {strides}{hint}. Set it to match, e.g. '
             f'--cfg-options "{key}.in_channels='
             f'{str(expected).replace(" ", "")}"')
 
 
-def _check_index(key: str, part: Mapping, maps: int) -> None:
+def _check_index(key: str, part: Mapping, maps: int, strides: str) -> None:
     """mmseg's ``in_index`` (and DeepLabV3+'s ``c1_in_index``) must name
     maps the backbone gives (else an IndexError at the first forward)."""
     for name in ('in_index', 'c1_in_index'):
@@ -186,7 +191,7 @@ def _check_index(key: str, part: Mapping, maps: int) -> None:
         if any(not -maps <= v < maps for v in values):
             raise UserError(
                 f'{key}.{name} is {index!r}, but the backbone gives {maps} '
-                f'maps (indices 0 to {maps - 1}: strides 4, 8, 16, 32).')
+                f'maps (indices 0 to {maps - 1}: strides {strides}).')
 
 
 def check_traced(cfg, backbone: Optional[nn.Module]) -> None:

@@ -141,7 +141,8 @@ def match_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]
     """Check a converted state dict against the backbone, strictly.
 
     Returns the weights to load, the checkpoint keys not loaded with the
-    reason (blocks after the last tapped one), and the pyramid keys left
+    reason (blocks after the last tapped one, resamplers of levels not
+    returned), and the pyramid keys left
     freshly initialised. Raises :class:`CheckpointError` naming the keys on
     any missing backbone weight, unknown key or shape mismatch.
     """
@@ -160,8 +161,11 @@ def match_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]
                 to_load[k] = v
             continue
         m = re.match(r'^blocks\.(\d+)\.', k)
+        level = re.match(r'^fpn([1-4])\.', k)
         if m and depth is not None and n_built <= int(m.group(1)) < depth:
             unused[k] = 'after the last tapped block'
+        elif level and not hasattr(model, f'fpn{level.group(1)}'):
+            unused[k] = 'a pyramid level not returned (out_levels)'
         else:
             unexpected.append(k)
 

@@ -43,6 +43,7 @@ from .presets import (
     check_layer_args,
     check_norm_cfg,
     check_out_indices,
+    check_out_levels,
     check_training_args,
     init_cfgs,
     normalized_compile_cfg,
@@ -106,6 +107,14 @@ class XCiT(BaseModule):
             Defaults to ``(3, 5, 7, 11)`` for depth 12 and
             ``(7, 11, 15, 23)`` for depth 24. Blocks after the last tapped one
             are not built.
+        out_levels (Sequence[int]): The pyramid levels returned, indices
+            into the strides 4, 8, 16, 32: ``(1, 2, 3)`` gives the three
+            maps of strides 8, 16, 32 that a neck without a level selector
+            of its own takes (mmdet's ``ChannelMapper`` of DINO and
+            Deformable DETR, RTMDet's ``CSPNeXtPAFPN``). The resamplers of
+            the other levels are not built (nothing computed for them, no
+            parameter without gradients), nor the blocks after the last
+            one tapped. Defaults to ``(0, 1, 2, 3)``.
         drop_rate (float): Dropout after the positional encoding and in the
             projections. Defaults to 0.
         attn_drop_rate (float): Dropout on the XCA attention map.
@@ -191,6 +200,7 @@ class XCiT(BaseModule):
                  qkv_bias: bool = True,
                  in_channels: int = 3,
                  out_indices: Optional[Sequence[int]] = None,
+                 out_levels: Sequence[int] = (0, 1, 2, 3),
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.,
@@ -210,10 +220,14 @@ class XCiT(BaseModule):
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
             num_heads=num_heads, eta=eta)
         out_indices = check_out_indices(out_indices, settings['depth'])
+        out_levels = check_out_levels(out_levels)
+        # the blocks tapped for the levels returned; the last one is the
+        # last block built
+        taps = [out_indices[level] for level in out_levels]
         check_layer_args(in_channels, mlp_ratio, qkv_bias, use_pos_embed,
                          drop_rate, attn_drop_rate, norm_eval, with_cp)
         check_norm_cfg(norm_cfg)
-        check_training_args(frozen_stages, out_indices[-1], compile_cfg,
+        check_training_args(frozen_stages, taps[-1], compile_cfg,
                             autocast_dtype, init_cfg, cuda_graphs,
                             drop_path_rate)
         super().__init__(init_cfg=init_cfg)
@@ -221,6 +235,8 @@ class XCiT(BaseModule):
         self.patch_size = settings['patch_size']
         self.embed_dim = self.num_features = dim = settings['embed_dim']
         self.depth, self.out_indices = settings['depth'], out_indices
+        self.out_levels = out_levels
+        self.out_strides = tuple(OUT_STRIDES[level] for level in out_levels)
         self.frozen_stages, self.norm_eval = frozen_stages, norm_eval
         self.norm_cfg = dict(norm_cfg)
         self.autocast_dtype = autocast_dtype
@@ -243,11 +259,11 @@ class XCiT(BaseModule):
                      attn_drop=attn_drop_rate, drop_path=drop_path_rate,
                      norm_layer=partial(nn.LayerNorm, eps=1e-6),
                      eta=settings['eta'], norm_cfg=self.norm_cfg)
-            for _ in range(out_indices[-1] + 1))
+            for _ in range(taps[-1] + 1))
         self.apply(_init_linear)
-        for level, stride in enumerate(self.out_strides, start=1):
-            self.add_module(f'fpn{level}', make_resampler(
-                dim, self.patch_size / stride, self.norm_cfg))
+        for level in out_levels:  # fpn1 (stride 4) ... fpn4 (stride 32)
+            self.add_module(f'fpn{level + 1}', make_resampler(
+                dim, self.patch_size / OUT_STRIDES[level], self.norm_cfg))
         self.set_grad_checkpointing(with_cp)
         self.set_fast_path(fast_path)
         self._freeze_stages()
@@ -273,9 +289,9 @@ class XCiT(BaseModule):
 
     @property
     def resamplers(self) -> List[nn.Module]:
-        """The pyramid's resamplers, ``fpn1`` (stride 4) to ``fpn4``."""
-        return [getattr(self, f'fpn{level}')
-                for level in range(1, len(self.out_strides) + 1)]
+        """The resamplers of the levels returned, ``fpn1`` (stride 4) to
+        ``fpn4`` (stride 32)."""
+        return [getattr(self, f'fpn{level + 1}') for level in self.out_levels]
 
     # ------------------------------------------------------------ forward
     @property
@@ -287,8 +303,9 @@ class XCiT(BaseModule):
                     if isinstance(m, nn.Conv2d))
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        """NCHW images -> 4 NCHW maps of strides 4, 8, 16, 32; level ``i``
-        of an ``H x W`` input is ``ceil(H / s_i) x ceil(W / s_i)``."""
+        """NCHW images -> NCHW maps of strides 4, 8, 16, 32 (those of
+        ``out_levels``); level ``i`` of an ``H x W`` input is
+        ``ceil(H / s_i) x ceil(W / s_i)``."""
         self._check_images(x)
         if torch.is_grad_enabled():  # DDP's buckets: see ops/grad_layout.py
             keep_grad_layouts(self)
@@ -408,8 +425,9 @@ class XCiT(BaseModule):
                 f'(model.to({x.dtype})) for another floating dtype.')
 
     def forward_taps(self, x: torch.Tensor) -> List[torch.Tensor]:
-        """Outputs of the blocks in ``out_indices`` as (B, C, Hp, Wp) maps
-        on the token grid: channels-last views of the (B, N, C) tokens."""
+        """Outputs of the blocks tapped for the levels returned
+        (``out_indices`` of ``out_levels``) as (B, C, Hp, Wp) maps on the
+        token grid: channels-last views of the (B, N, C) tokens."""
         self._check_images(x)
         return self._taps(x)
 
@@ -420,10 +438,11 @@ class XCiT(BaseModule):
             pos = self.pos_embed(B, Hp, Wp)
             x = x + pos.flatten(2).transpose(1, 2)
         x = self.pos_drop(x)
-        taps = []
+        taps, tapped = [], {self.out_indices[level]
+                            for level in self.out_levels}
         for i, blk in enumerate(self.blocks):
             x = blk(x, Hp, Wp)
-            if i in self.out_indices:
+            if i in tapped:
                 taps.append(x.reshape(B, Hp, Wp, -1).permute(0, 3, 1, 2))
         return taps
 

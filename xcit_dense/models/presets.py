@@ -85,18 +85,37 @@ def check_out_indices(out_indices: Optional[Sequence[int]],
             # the same relative positions as the published depth-12 taps
             round((i + 1) * depth / 12) - 1 for i in (3, 5, 7, 11))
     n = len(OUT_STRIDES)
-    given = out_indices
-    out_indices = tuple(out_indices) if hasattr(out_indices, '__iter__') \
-        and not isinstance(out_indices, (str, bytes)) else (out_indices,)
-    if (len(out_indices) != n
-            or not all(is_int(i) for i in out_indices)
-            or not all(0 <= i < depth for i in out_indices)
-            or any(a >= b for a, b in zip(out_indices, out_indices[1:]))):
+    indices = _increasing_ints(out_indices, depth)
+    if indices is None or len(indices) != n:
         raise ValueError(
             f'out_indices must be {n} strictly increasing block indices '
             f'in [0, {depth - 1}] (depth {depth}), one per pyramid level '
-            f'of strides {OUT_STRIDES}; got {given!r}')
-    return tuple(int(i) for i in out_indices)
+            f'of strides {OUT_STRIDES}; got {out_indices!r}')
+    return indices
+
+
+def check_out_levels(out_levels: Sequence[int]) -> Tuple[int, ...]:
+    """Validate the pyramid levels returned (indices into
+    :data:`OUT_STRIDES`)."""
+    n = len(OUT_STRIDES)
+    levels = _increasing_ints(out_levels, n)
+    if not levels:
+        raise ValueError(
+            f'out_levels must be strictly increasing pyramid levels in '
+            f'[0, {n - 1}] (strides {OUT_STRIDES}: (1, 2, 3) for strides '
+            f'8, 16, 32), got {out_levels!r}')
+    return levels
+
+
+def _increasing_ints(value, end: int) -> Optional[Tuple[int, ...]]:
+    """``value`` (a sequence, or one int) as a tuple of strictly
+    increasing ints in ``[0, end)``; None where it is not one."""
+    items = tuple(value) if hasattr(value, '__iter__') and \
+        not isinstance(value, (str, bytes)) else (value, )
+    if not all(is_int(i) and 0 <= i < end for i in items) or \
+            any(a >= b for a, b in zip(items, items[1:])):
+        return None
+    return tuple(int(i) for i in items)
 
 
 def check_training_args(frozen_stages: int, last_block: int,

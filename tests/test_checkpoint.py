@@ -255,6 +255,21 @@ def test_pruned_blocks_dropped(timm_nano, tmp_path):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
+def test_a_shallower_depth_than_the_checkpoint_says_how(timm_nano,
+                                                          tmp_path):
+    """``depth=4`` for a 12-block checkpoint: refused (strict), with the
+    way to use its first blocks, which works."""
+    path = tmp_path / 'timm.pth'
+    torch.save(timm_nano.state_dict(), path)
+    with pytest.raises(CheckpointError, match=r'The checkpoint has 12 '
+                       r'blocks, this backbone depth 4: .*keep depth=12 '
+                       r"\(the preset's\) and tap earlier blocks with "
+                       r'out_indices'):
+        _load(path, depth=4, out_indices=(0, 1, 2, 3))
+    model = _load(path, out_indices=(0, 1, 2, 3))
+    assert len(model.blocks) == 4
+
+
 def test_own_checkpoint_roundtrip_with_pyramid(tmp_path):
     model = XCiT(arch='nano_12_p16').eval()
     path = tmp_path / 'detector.pth'

@@ -180,15 +180,26 @@ def match_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]
     missing = [k for k in missing if k not in fresh]
 
     if missing or unexpected or problems:
+        advice = ('Check that the arch (or embed_dim, depth, num_heads, '
+                  'patch_size) matches the checkpoint.')
+        # a deeper checkpoint than depth: its later blocks alone unexpected
+        blocks = [re.match(r'^blocks\.(\d+)\.', k) for k in unexpected]
+        deeper = {int(m.group(1)) for m in blocks if m}
+        if deeper and all(blocks) and not missing and not problems and \
+                min(deeper) >= n_built:
+            advice = (f'The checkpoint has {max(deeper) + 1} blocks, this '
+                      f'backbone depth {depth}: to use its first blocks, '
+                      f'keep depth={max(deeper) + 1} (the preset\'s) and tap '
+                      'earlier blocks with out_indices; blocks after the '
+                      'last tap are not built and their weights are '
+                      'dropped.')
         raise CheckpointError(mismatch_paragraph(
             'The checkpoint does not fit the XCiT backbone '
             f'(arch {getattr(model, "arch", None)!r}, '
             f'{getattr(model, "arch_settings", {})}):',
             [('missing backbone weights', missing),
              ('unexpected keys', unexpected),
-             ('shape mismatches', problems)],
-            'Check that the arch (or embed_dim, depth, num_heads, '
-            'patch_size) matches the checkpoint.'))
+             ('shape mismatches', problems)], advice))
     return to_load, unused, fresh
 
 

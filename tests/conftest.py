@@ -1,6 +1,7 @@
 import contextlib
 import functools
 import importlib
+import importlib.util
 import io
 import logging
 import multiprocessing
@@ -85,6 +86,16 @@ def run_tool(*args, cwd=None, env=None, timeout=600):
     full_env = dict(os.environ, PYTHON=sys.executable, **(env or {}))
     return subprocess.run(cmd, cwd=cwd or REPO, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def load_tool(name: str):
+    """``tools/<name>.py`` as a module, for its functions (its ``main`` is
+    not run)."""
+    spec = importlib.util.spec_from_file_location(
+        name, REPO / 'tools' / f'{name}.py')
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
 
 
 def run_tool_here(script, *args, env=None, cwd=None):

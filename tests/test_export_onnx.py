@@ -24,7 +24,7 @@ from xcit_dense.deploy.onnx_export import (
     verification_sizes,
 )
 
-from conftest import REPO, run_tool_here
+from conftest import REPO, load_tool, run_tool_here
 
 TINY = dict(arch=None, patch_size=16, embed_dim=32, depth=4, num_heads=4,
             eta=1.0, out_indices=[0, 1, 2, 3])
@@ -388,15 +388,6 @@ def test_bad_input_is_one_paragraph(args, message):
     assert 'Traceback' not in err and err.count('\n') == 1
 
 
-def _export_tool():
-    from importlib import util
-    spec = util.spec_from_file_location('export_onnx',
-                                        REPO / 'tools/export_onnx.py')
-    tool = util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
 @pytest.mark.parametrize('config, options, whole, shape', [
     # the demo's test images are 128x128: a fixed export takes them
     ('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', {}, True,
@@ -418,4 +409,5 @@ def test_default_export_size_is_what_the_test_pipeline_gives(
     from xcit_dense.cli import load_config
     cfg = load_config(str(REPO / config), options)
     scope = cfg.default_scope
-    assert _export_tool().default_shape(cfg, scope, whole)[0] == shape
+    tool = load_tool('export_onnx')
+    assert tool.default_shape(cfg, scope, whole)[0] == shape

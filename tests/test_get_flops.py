@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from conftest import REPO, run_tool_here
+from conftest import REPO, load_tool, run_tool_here
 
 COCO_DEMO = REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py'
 ADE20K = REPO / 'configs/ade20k'
@@ -29,12 +29,7 @@ def _counts(proc):
 
 
 def _size(number):
-    from importlib import util
-    spec = util.spec_from_file_location('get_flops',
-                                        REPO / 'tools/get_flops.py')
-    tool = util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool.size(number)
+    return load_tool('get_flops').size(number)
 
 
 def _backbone_flops(h, w):

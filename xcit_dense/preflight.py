@@ -158,13 +158,13 @@ def check_channels(cfg, backbone: Optional[nn.Module]) -> None:
         if not all(isinstance(v, int) for v in values):
             continue
         index = part.get('in_index')
-        taken = maps if every else (len(index) if isinstance(
-            index, (list, tuple)) else 1)
+        indexed = isinstance(index, (list, tuple))
+        taken = maps if every else (len(index) if indexed else 1)
         # a list of in_channels has one entry per map taken (mmseg asserts
         # as many as in_index names)
         if values == [channels] * len(values) and (
                 not listed or len(values) == taken or
-                not (every or isinstance(index, (list, tuple)))):
+                not (every or indexed)):
             continue
         expected = [channels] * taken if listed or taken > 1 else channels
         # a neck built for three levels without a selector of its own

@@ -140,28 +140,33 @@ def test_demos_train_at_once_and_report_each(tmp_path):
     """``STEP=demos``' script with stand-ins for the launcher and Python
     (the launch itself is tests/test_cuda.py's): every demo started at
     once through ``dist_train.sh CONFIG 1 --amp`` with SyncBN on a port of
-    its own, a log each, then each one's exit status, time and last
-    validation line; non-zero when one failed."""
+    its own, a log each (named by the dataset's folder too: COCO's and
+    ADE20K's Mask2Former demos share a file name), then each one's exit
+    status, time and last validation line; non-zero when one failed."""
     launcher = tmp_path / 'dist_train.sh'
     launcher.write_text(
-        'echo "$1 $2 $3 $7 $8 PORT=$PORT"\n'
+        'echo "$1 $2 $3 $7 $8 PORT=$PORT in $5"\n'
         'echo "... - mmengine - INFO - Iter(val) [1/4]    eta: 0:00:03"\n'
         'echo "... - mmengine - INFO - Iter(val) [4/4]    mIoU: 47.0"\n'
         'case "$1" in *broken*) exit 3;; esac\n')
     out = tmp_path / 'demos'
     proc = subprocess.run(
         ['bash', 'docs/benchmark/gpu/demos.sh', str(out), 'a/demo_good.py',
-         'a/demo_broken.py'], cwd=REPO, capture_output=True, text=True,
+         'b/demo_good.py', 'a/demo_broken.py'], cwd=REPO, capture_output=True, text=True,
         env=dict(os.environ, PYTHON='true', DIST_TRAIN=str(launcher)))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    good = (out / 'demo_good.log').read_text()
-    broken = (out / 'demo_broken.log').read_text()
+    good = (out / 'a_demo_good.log').read_text()
+    broken = (out / 'a_demo_broken.log').read_text()
     assert 'a/demo_good.py 1 --amp sync_bn=torch' in good
+    assert 'in work_dirs/gpu_demos/a_demo_good' in good
+    assert 'in work_dirs/gpu_demos/b_demo_good' in (
+        out / 'b_demo_good.log').read_text()
     assert re.search(r'PORT=(\d+)', good)[1] != \
         re.search(r'PORT=(\d+)', broken)[1]
-    assert '[demos] demo_good: exit status 0 after' in proc.stdout
-    assert '[demos] demo_broken: exit status 3 after' in proc.stdout
-    assert proc.stdout.count('Iter(val) [4/4]    mIoU: 47.0') == 2
+    assert '[demos] a_demo_good: exit status 0 after' in proc.stdout
+    assert '[demos] b_demo_good: exit status 0 after' in proc.stdout
+    assert '[demos] a_demo_broken: exit status 3 after' in proc.stdout
+    assert proc.stdout.count('Iter(val) [4/4]    mIoU: 47.0') == 3
     assert 'eta:' not in proc.stdout
 
 

@@ -33,7 +33,9 @@ mkdir -p "$OUT"
 port=29610
 names=() pids=()
 for config in "${CONFIGS[@]}"; do
-  name=$(basename "$config" .py)
+  # the dataset's folder in the name: COCO's and ADE20K's Mask2Former demos
+  # have the same file name, and one log and work directory each
+  name=$(basename "$(dirname "$config")")_$(basename "$config" .py)
   # shellcheck disable=SC2086  # CFG_OPTIONS: several words
   ( start=$SECONDS
     PORT=$port bash "$DIST_TRAIN" "$config" 1 --amp \

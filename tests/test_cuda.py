@@ -962,6 +962,7 @@ def test_compiled_backbone_matches_eager(no_tf32, dynamic):
     frames = torch._dynamo.utils.counters['frames']
     before = frames['ok']
     sizes = ((64, 96), (128, 64), (96, 160)) if dynamic else ((64, 96), )
+    steps = []
     for h, w in sizes:
         x = torch.randn(2, 3, h, w, device='cuda')
         if dynamic:
@@ -970,8 +971,14 @@ def test_compiled_backbone_matches_eager(no_tf32, dynamic):
         outs, grads = _step(model, x)
         assert model.compile_failure is None
         refs, ref_grads = _step(ref_model, x)
+        steps.append((h, w, outs, refs, grads, ref_grads))
+    # every size's and level's difference in the message, where one fails
+    levels = {(h, w): [f'{_relative(out, ref):.1e}'
+                       for out, ref in zip(outs, refs)]
+              for h, w, outs, refs, *_ in steps}
+    for h, w, outs, refs, grads, ref_grads in steps:
         for out, ref in zip(outs, refs):
-            assert _relative(out, ref) < 1e-4
+            assert _relative(out, ref) < 1e-4, levels
         _assert_gradients_match(model, grads, ref_grads, 1e-4)
     assert model.__dict__.get('_compiled_forward') is not None
     assert frames['ok'] - before == 1, dict(frames)

@@ -25,6 +25,12 @@ def test_backbone_variants_and_ratios(tmp_path):
         '--sizes', '64x96', '--batch', '1', '--modes', 'infer')
     assert results['matmul']['fp32_gflops_per_s'] > 0
     assert results['matmul']['bf16_gflops_per_s'] > 0
+    # the CPU named with its figures, in both outputs
+    from xcit_dense.benchmark.report import cpu_description
+    cpu = cpu_description()
+    assert results['machine']['cpu'] == cpu['cpu'] != ''
+    assert results['machine']['cpu_features'] == cpu['cpu_features']
+    assert table.startswith(f'1 threads, device cpu ({cpu["cpu"]} (')
     rows = {r['model']: r for r in results['results']}
     assert len(rows) == 4 and not any('error' in r for r in rows.values())
     ref = rows['xcit_nano_12_p16@reference']
@@ -50,6 +56,31 @@ def test_backbone_variants_and_ratios(tmp_path):
         assert row['max_rel_diff_vs_reference'] < 1e-4
     runtimes = table.split('Runtimes against our eager PyTorch path')[1]
     assert '| xcit_nano_12_p16@openvino | 64x96 | 1 |' in runtimes
+
+
+def test_cpu_description_reads_linux_cpuinfo(monkeypatch, tmp_path):
+    """The CPU's model name and the instruction sets that decide its
+    kernels, from /proc/cpuinfo's first processor; named in the table."""
+    import builtins
+
+    from xcit_dense.benchmark import report
+    cpuinfo = tmp_path / 'cpuinfo'
+    cpuinfo.write_text(
+        'processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n'
+        'flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n\n'
+        'processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n')
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, 'open', lambda path, *a, **k: real_open(
+        cpuinfo if path == '/proc/cpuinfo' else path, *a, **k))
+    found = report.cpu_description()
+    assert found == dict(cpu='Intel(R) Xeon(R) Processor',
+                         cpu_features=['avx2', 'avx512f', 'avx512_bf16',
+                                       'amx_bf16'])
+    assert report._where(dict(found, torch='2.12.1')) == (
+        ' (Intel(R) Xeon(R) Processor (avx2, avx512f, avx512_bf16, '
+        'amx_bf16); PyTorch 2.12.1)')
+    assert report._where(dict(found, gpu='NVIDIA H200')).startswith(
+        ' (NVIDIA H200; host Intel(R) Xeon(R) Processor (')
 
 
 def test_bf16_row_measured_against_the_fp32_reference(tmp_path):

@@ -115,19 +115,34 @@ def scaling_rows(results, small=(800, 1344), large=(1600, 2688)):
     return rows
 
 
-def write_table(results, matmul, args, path):
+def write_table(results, matmul, args, path, found=None):
     """``results.md``: every row, then the ratios to the baselines measured
-    in the same run and the scaling from 800x1344 to 1600x2688."""
-    lines = _main_table(results, matmul, args)
+    in the same run and the scaling from 800x1344 to 1600x2688; ``found``:
+    :func:`machine`'s description, named in the first line."""
+    lines = _main_table(results, matmul, args, found or {})
     lines += _reference_ratios(results) + _published_ratios(results) + \
         _runtime_ratios(results) + _scaling(results)
     with open(path, 'w') as f:
         f.write('\n'.join(lines) + '\n')
 
 
-def _main_table(results, matmul, args):
+def _where(found):
+    """`` (GPU, PyTorch ...; host CPU ...)``: the machine in words."""
+    parts = [found['gpu']] if 'gpu' in found else []
+    if 'cpu' in found:
+        features = ', '.join(found.get('cpu_features', ())) or 'none of ' \
+            + '/'.join(CPU_FEATURES)
+        parts.append(('host ' if 'gpu' in found else '') +
+                     f'{found["cpu"]} ({features})')
+    if 'torch' in found:
+        parts.append(f'PyTorch {found["torch"]}')
+    return f' ({"; ".join(parts)})' if parts else ''
+
+
+def _main_table(results, matmul, args, found):
     lines = [
-        f'{args.threads} threads, device {args.device}; median of '
+        f'{args.threads} threads, device {args.device}{_where(found)}; '
+        'median of '
         f'{args.repeat} runs after {args.warmup} warm-up'
         + (f', median over {args.rounds} interleaved rounds' if
            args.rounds > 1 else '') + '; fp32 unless '
@@ -281,11 +296,39 @@ def _log_ticks(ax):
     return ticks, [f'{t:g}' for t in ticks]
 
 
+#: the CPU's instruction sets that change which kernels PyTorch and oneDNN
+#: run (Linux's names in /proc/cpuinfo): a CPU figure is only comparable
+#: with one measured on the same kind of CPU
+CPU_FEATURES = ('avx2', 'avx512f', 'avx512_bf16', 'avx512_fp16', 'amx_bf16',
+                'amx_int8', 'amx_fp16')
+
+
+def cpu_description() -> dict:
+    """The CPU's model name and :data:`CPU_FEATURES` it has, as Linux
+    reports them (elsewhere: ``platform.processor()`` and no features)."""
+    import platform
+    name, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                key, _, value = line.partition(':')
+                if key.strip() == 'model name':
+                    name = value.strip()
+                elif key.strip() == 'flags':
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return dict(cpu=name,
+                cpu_features=[f for f in CPU_FEATURES if f in flags])
+
+
 def machine(device: str) -> dict:
-    """What the figures were measured with: PyTorch, and on CUDA the GPU
-    and the CUDA release."""
+    """What the figures were measured with: PyTorch, the CPU (model and
+    instruction sets: on a CPU they set the speed, on a GPU the host's
+    launches), and on CUDA the GPU and the CUDA release."""
     import torch
-    found = dict(torch=torch.__version__)
+    found = dict(torch=torch.__version__, **cpu_description())
     if device == 'cuda':
         found.update(gpu=torch.cuda.get_device_name(),
                      cuda=torch.version.cuda)
@@ -296,12 +339,14 @@ def write_outputs(runs, matmul, args):
     """Write the three outputs from ``runs`` (rows by measurement, one per
     round)."""
     results = [combine(rounds) for rounds in runs.values()]
+    found = machine(args.device)
     with open(osp.join(args.out_dir, 'results.json'), 'w') as f:
         json.dump(dict(matmul=matmul, threads=args.threads,
-                       device=args.device, machine=machine(args.device),
+                       device=args.device, machine=found,
                        argv=sys.argv[1:],
                        results=results,
                        all_rounds=[r for rs in runs.values() for r in rs]),
                   f, indent=1)
-    write_table(results, matmul, args, osp.join(args.out_dir, 'results.md'))
+    write_table(results, matmul, args, osp.join(args.out_dir, 'results.md'),
+                found)
     plot(results, osp.join(args.out_dir, 'results.png'))

@@ -152,7 +152,8 @@ def test_demos_train_at_once_and_report_each(tmp_path):
     out = tmp_path / 'demos'
     proc = subprocess.run(
         ['bash', 'docs/benchmark/gpu/demos.sh', str(out), 'a/demo_good.py',
-         'b/demo_good.py', 'a/demo_broken.py'], cwd=REPO, capture_output=True, text=True,
+         'b/demo_good.py', 'a/demo_broken.py'], cwd=REPO,
+        capture_output=True, text=True,
         env=dict(os.environ, PYTHON='true', DIST_TRAIN=str(launcher)))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     good = (out / 'a_demo_good.log').read_text()

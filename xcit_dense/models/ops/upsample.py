@@ -67,14 +67,17 @@ def _upsample2x_nchw(x: torch.Tensor, weight: torch.Tensor,
         y = y + bias.to(y.dtype).view(1, C_out, 1, 1, 1, 1)
         return y.permute(0, 1, 4, 2, 5, 3).reshape(B, C_out, 2 * H, 2 * W)
     out = None
-    bias = bias.view(C_out, 1, 1, 1)
     for b in range(B):
         for band in _bands(H, W, 4 * C_out, x):
             y = onednn.linear(w_mat, x[b, band.start * W:band.stop * W], None,
                               backend=backend)
-            if out is None:  # the GEMM's dtype, as in upsample2x
+            if out is None:  # the GEMM's dtype, as in upsample2x, and the
+                # bias in it, as autocast casts nn.ConvTranspose2d's (an
+                # fp32 bias made each add compute in fp32 into a temporary
+                # that was then copied into the half-precision output)
                 out = y.new_empty(B, C_out, 2 * H, 2 * W)
                 dst = out.view(B, C_out, H, 2, W, 2)
+                bias = bias.to(y.dtype).view(C_out, 1, 1, 1)
             y = y.view(C_out, 2, 2, band.stop - band.start, W)
             for kx in range(2):  # (C_out, rows, ky, W), W stride 2
                 torch.add(y[:, :, kx].transpose(1, 2), bias,

@@ -307,6 +307,31 @@ def test_whole_pyramid_checkpoint_into_fewer_levels(tmp_path):
     assert any('fpn1' in m for m in messages), messages
 
 
+def test_whole_model_of_more_levels_into_fewer_says_what_loads():
+    """A whole detector of 4 levels as the ``load_from`` of a model whose
+    backbone returns 3 (its neck and heads built for 3): refused, with the
+    way to start from its backbone, which loads (the test above); another
+    mismatch keeps the general advice."""
+    from xcit_dense.checkpoint.published import check_model_weights
+    model = {f'backbone.{k}': v for k, v in
+             XCiT(arch='nano_12_p16', out_levels=(1, 2, 3)).state_dict()
+             .items()}
+    model['neck.lateral_convs.0.conv.weight'] = torch.zeros(8, 128, 1, 1)
+    whole = dict(model, **{
+        'backbone.fpn1.0.weight': torch.zeros(128, 128, 2, 2),
+        'neck.lateral_convs.3.conv.weight': torch.zeros(8, 128, 1, 1)})
+    with pytest.raises(CheckpointError) as info:
+        check_model_weights(whole, model)
+    assert "returns pyramid level 0, which this model's backbone does " \
+        'not (out_levels)' in str(info.value)
+    assert "init_cfg=dict(type='Pretrained', checkpoint=FILE, " \
+        "prefix='backbone.')" in str(info.value)
+    del whole['backbone.fpn1.0.weight']
+    with pytest.raises(CheckpointError,
+                       match='Check that the config matches the checkpoint'):
+        check_model_weights(whole, model)
+
+
 @pytest.mark.parametrize('fast', [True, False])
 def test_checkpoint_saved_before_the_redesign(fast):
     """A checkpoint written by the single-class backbone (commit 565bbaa,

@@ -154,9 +154,31 @@ def check_model_weights(state_dict: Mapping[str, torch.Tensor],
             'The checkpoint does not fit the model of the config:',
             [('missing weights', missing), ('unexpected keys', unexpected),
              ('shape mismatches', shapes)],
+            _levels_advice(unexpected, model_state) or
             'Check that the config matches the checkpoint (backbone arch '
             'and patch size, neck and head channels, number of classes).'))
     return {k: v for k, v in state_dict.items() if k not in reinit}, reinit
+
+
+def _levels_advice(unexpected: List[str],
+                   model_state: Mapping[str, torch.Tensor]) -> Optional[str]:
+    """What to do with a checkpoint whose backbone returns pyramid levels
+    that the model's backbone does not (``out_levels``): its neck and heads
+    were built for those levels too, but its backbone fits; ``None`` where
+    that is not the mismatch."""
+    levels = sorted({int(m.group(1)) - 1 for m in (
+        re.match(r'^backbone\.fpn([1-4])\.', k) for k in unexpected) if m
+        and not any(k.startswith(m.group(0)) for k in model_state)})
+    if not levels:
+        return None
+    return (f'The checkpoint\'s backbone returns pyramid level'
+            f'{"s" if len(levels) > 1 else ""} '
+            f'{", ".join(map(str, levels))}, which this model\'s backbone '
+            'does not (out_levels), so its neck and heads do not fit this '
+            "model's. To start from its backbone alone, give the backbone "
+            "init_cfg=dict(type='Pretrained', checkpoint=FILE, "
+            "prefix='backbone.') instead of load_from: the levels not "
+            'returned are left out.')
 
 
 def refuse_resume(source: str) -> None:

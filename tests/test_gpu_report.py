@@ -292,3 +292,29 @@ def test_tile_sweep_runs_every_candidate_and_tabulates(tmp_path):
     out = run_tool_here('docs/benchmark/gpu/table.py', tmp_path).stdout
     assert '| part | dtype | default (ms) | fastest (ms) |' in out
     assert out.count('| float32 |') == 2
+
+
+def test_compile_probe_rows_on_the_cpu(tmp_path):
+    """``docs/benchmark/gpu/compile_probe.py`` (where the backbone compiled
+    with dynamic H and W differs from eager, by part) writes a row per part
+    and size; with dynamo's ``eager`` backend nothing is compiled, so each
+    part is eager's to rounding (the comparison itself checked), and what
+    it switches for the run is put back."""
+    from xcit_dense.models.ops import second_moments
+    pays = second_moments.pays
+    proc = run_tool_here('docs/benchmark/gpu/compile_probe.py', '--out',
+                         tmp_path, '--device', 'cpu', '--backend', 'eager',
+                         '--parts', 'taps', 'resamplers',
+                         '--sizes', '32x48', '48x32')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in
+            (tmp_path / 'compile_probe.jsonl').read_text().splitlines()]
+    assert [(r['part'], r['size']) for r in rows] == [
+        (part, size) for part in ('taps', 'resampler0', 'resampler1',
+                                  'resampler2', 'resampler3')
+        for size in ('32x48', '48x32')]
+    for row in rows:
+        assert 'error' not in row, row
+        assert max(row['outputs']) < 1e-6 and row['worst_gradient'] < 1e-4
+    assert len(rows[0]['outputs']) == 4  # the four taps
+    assert second_moments.pays is pays

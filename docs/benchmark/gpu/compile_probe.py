@@ -124,13 +124,28 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     results = osp.join(args.out, 'compile_probe.jsonl')
-    device = torch.device(args.device)
+    # TF32 off; the fast paths that pay only for large inputs taken at any
+    # size, as the test's fixture does (fast_paths_at_any_size); all put
+    # back at the end
+    saved = (torch.backends.cudnn.allow_tf32,
+             torch.backends.cuda.matmul.allow_tf32, second_moments.pays,
+             onednn.pays)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    # the fast paths that pay only for large inputs taken at any size, as
-    # the test's fixture does (fast_paths_at_any_size)
     second_moments.pays = lambda x: True
     onednn.pays = lambda backend, x: True
+    try:
+        probe(args, results)
+    finally:
+        (torch.backends.cudnn.allow_tf32,
+         torch.backends.cuda.matmul.allow_tf32, second_moments.pays,
+         onednn.pays) = saved
+        torch._dynamo.reset()
+
+
+def probe(args, results):
+    """The rows of ``args.parts``, written to ``results``."""
+    device = torch.device(args.device)
     torch.manual_seed(0)
     model = XCiT('nano_12_p16', depth=4, out_indices=(0, 1, 2, 3),
                  compile_cfg=None).to(device).train()

@@ -166,9 +166,8 @@ def _levels_advice(unexpected: List[str],
     that the model's backbone does not (``out_levels``): its neck and heads
     were built for those levels too, but its backbone fits; ``None`` where
     that is not the mismatch."""
-    levels = sorted({int(m.group(1)) - 1 for m in (
-        re.match(r'^backbone\.fpn([1-4])\.', k) for k in unexpected) if m
-        and not any(k.startswith(m.group(0)) for k in model_state)})
+    levels = sorted(_pyramid_levels(unexpected) -
+                    _pyramid_levels(model_state))
     if not levels:
         return None
     return (f'The checkpoint\'s backbone returns pyramid level'
@@ -179,6 +178,15 @@ def _levels_advice(unexpected: List[str],
             "init_cfg=dict(type='Pretrained', checkpoint=FILE, "
             "prefix='backbone.') instead of load_from: the levels not "
             'returned are left out.')
+
+
+#: a key of the backbone's resampler of pyramid level N - 1 (``fpnN``)
+_LEVEL_KEY = re.compile(r'^backbone\.fpn([1-4])\.')
+
+
+def _pyramid_levels(keys) -> set:
+    """The pyramid levels whose resamplers ``keys`` hold."""
+    return {int(m.group(1)) - 1 for m in map(_LEVEL_KEY.match, keys) if m}
 
 
 def refuse_resume(source: str) -> None:

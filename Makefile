@@ -100,7 +100,10 @@ test: install
 #             tools/dist_train.sh CONFIG 1 --amp with SyncBN, all at once
 #             (docs/benchmark/gpu/demos.sh; demos/NAME.log each), then their
 #             wall times and final metrics; GPU_DEMOS='CONFIG ...' names
-#             which
+#             which; then the gradients of a COCO Mask2Former demo step
+#             (the trained one's, where it trained) under fp16 autocast
+#             against fp32's, by part, also with its pixel decoder in fp32
+#             (amp_gradients.jsonl)
 #   table     the README's GPU table from the rows above (table.md)
 GPU_REPORT ?= work_dirs/gpu_report
 GPU_STEPS := tests probe tiles backbone graphs heads compiled demos table
@@ -206,9 +209,14 @@ gpu-report-compiled:
 	$(PY) docs/benchmark/gpu/launch_probe.py --out $(GPU_REPORT) \
 	    --compile-only
 
+M2F_DEMO_CHECKPOINT := \
+    work_dirs/gpu_demos/coco_demo_mask2former_xcit_nano_synthetic/iter_800.pth
 gpu-report-demos:
 	PYTHON=$(PY) bash docs/benchmark/gpu/demos.sh $(GPU_REPORT)/demos \
-	    $(GPU_DEMOS)
+	    $(GPU_DEMOS); status=$$?; \
+	$(PY) docs/benchmark/gpu/amp_gradients.py --out $(GPU_REPORT) \
+	    $$([ -f $(M2F_DEMO_CHECKPOINT) ] && \
+	       echo --checkpoint $(M2F_DEMO_CHECKPOINT)) && exit $$status
 
 gpu-report-table:
 	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) \

@@ -30,7 +30,8 @@ STEPS = {
               'docs/benchmark/gpu/iteration_probe.py'),
     'compiled': ('backbone_compiled', 'xcit_small_12_p16@compile',
                  'docs/benchmark/gpu/launch_probe.py', '--compile-only'),
-    'demos': ('bash docs/benchmark/gpu/demos.sh', '/demos'),
+    'demos': ('docs/benchmark/gpu/amp_gradients.py',
+              'bash docs/benchmark/gpu/demos.sh', '/demos'),
     'table': ('docs/benchmark/gpu/table.py', ),
 }
 
@@ -131,9 +132,11 @@ def test_demos_step_takes_the_demos_named():
         assert proc.returncode == 0, proc.stderr
         return ' '.join(proc.stdout.replace('\\\n', ' ').split())
     demo = 'configs/ade20k/demo_upernet_xcit_nano_synthetic.py'
-    assert command(f'GPU_DEMOS={demo}').endswith(
+    # the demos' command, before the gradient probe that follows it
+    assert command(f'GPU_DEMOS={demo}').split(';')[0].strip().endswith(
         f'demos.sh work_dirs/gpu_report/demos {demo}')
-    assert command().endswith('demos.sh work_dirs/gpu_report/demos')
+    assert command().split(';')[0].strip().endswith(
+        'demos.sh work_dirs/gpu_report/demos')
 
 
 def test_demos_train_at_once_and_report_each(tmp_path):
@@ -318,3 +321,36 @@ def test_compile_probe_rows_on_the_cpu(tmp_path):
         assert max(row['outputs']) < 1e-6 and row['worst_gradient'] < 1e-4
     assert len(rows[0]['outputs']) == 4  # the four taps
     assert second_moments.pays is pays
+
+
+def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
+    """``docs/benchmark/gpu/amp_gradients.py`` (a training step's gradients
+    under autocast against fp32's, by part) on a small COCO Mask2Former
+    demo under bf16 autocast: fp32 again is fp32's gradients exactly,
+    autocast's differ by its rounding and are finite, and running the pixel
+    decoder in fp32 changes what autocast computes."""
+    proc = run_tool_here(
+        'docs/benchmark/gpu/amp_gradients.py', '--out', tmp_path,
+        '--device', 'cpu', '--dtype', 'bfloat16', '--batches', '1',
+        '--cfg-options', 'model.backbone.depth=4',
+        'model.backbone.out_indices=(0,1,2,3)',
+        'model.panoptic_head.num_queries=10',
+        'model.panoptic_head.transformer_decoder.num_layers=3',
+        'model.panoptic_head.pixel_decoder.encoder.num_layers=1',
+        'train_dataloader.batch_size=2', 'train_dataloader.num_workers=0',
+        'train_dataloader.persistent_workers=False',
+        f'train_dataloader.dataset.data_root={tiny_coco}/')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {row['variant']: row['parts'] for row in map(json.loads, (
+        tmp_path / 'amp_gradients.jsonl').read_text().splitlines())}
+    fp32_decoder = 'autocast, fp32 panoptic_head.pixel_decoder'
+    assert list(rows) == ['rerun', 'autocast', fp32_decoder]
+    assert {'backbone.blocks', 'panoptic_head.pixel_decoder',
+            'panoptic_head.transformer_decoder', 'all'} <= set(rows['rerun'])
+    assert all(part['relative'] == 0.0 and part['finite']
+               for part in rows['rerun'].values())
+    for variant in ('autocast', fp32_decoder):
+        assert 0 < rows[variant]['all']['relative'] < 0.2
+        assert all(part['finite'] for part in rows[variant].values())
+    decoder = 'panoptic_head.pixel_decoder'
+    assert rows[fp32_decoder][decoder] != rows['autocast'][decoder]

@@ -5,6 +5,7 @@ Mask2Former (COCO instances, ADE20K); the backbone shrunk to 4 blocks and
 the heads to fewer RoIs / queries, as in the config tests. The Mask2Former
 demo configs train and test through tools/ on the tiny synthetic data."""
 import copy
+import re
 
 import pytest
 import torch
@@ -80,14 +81,10 @@ DEMOS = {
 }
 
 
-@pytest.mark.parametrize('demo', DEMOS)
-def test_mask2former_demo_trains_and_tests_through_the_tools(
-        demo, request, tmp_path):
-    """The Mask2Former demos on the tiny data: tools/train.py for two
-    iterations (the recipe's data check, loop, hooks and checkpoint), then
-    tools/test.py on its checkpoint, with the demo's evaluator."""
-    path, fixture, metric = DEMOS[demo]
-    root = request.getfixturevalue(fixture)
+def tiny_demo_config(demo, root, tmp_path, max_iters=2):
+    """The Mask2Former demo ``demo`` on the tiny data at ``root``: 4
+    backbone blocks, 10 queries, 3 decoder and 1 encoder layers."""
+    path = DEMOS[demo][0]
     head = 'panoptic_head' if demo == 'coco' else 'decode_head'
     config = tmp_path / 'demo.py'
     config.write_text(f"""
@@ -103,11 +100,24 @@ train_dataloader = dict(batch_size=2, num_workers=0,
 val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                       dataset=dict(data_root=r'{root}'))
 test_dataloader = val_dataloader
-max_iters = 2
+max_iters = {max_iters}
 train_cfg = dict(max_iters=max_iters, val_interval=max_iters)
-default_hooks = dict(checkpoint=dict(interval=max_iters))
+default_hooks = dict(checkpoint=dict(interval=max_iters),
+                     logger=dict(interval=1))
 """ + (f"val_evaluator = dict(ann_file=r'{root}/annotations/val.json')\n"
        "test_evaluator = val_evaluator\n" if demo == 'coco' else ''))
+    return config
+
+
+@pytest.mark.parametrize('demo', DEMOS)
+def test_mask2former_demo_trains_and_tests_through_the_tools(
+        demo, request, tmp_path):
+    """The Mask2Former demos on the tiny data: tools/train.py for two
+    iterations (the recipe's data check, loop, hooks and checkpoint), then
+    tools/test.py on its checkpoint, with the demo's evaluator."""
+    _, fixture, metric = DEMOS[demo]
+    config = tiny_demo_config(demo, request.getfixturevalue(fixture),
+                              tmp_path)
     work = tmp_path / 'work'
     proc = run_tool_here('tools/train.py', config, '--work-dir', work)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -116,3 +126,24 @@ default_hooks = dict(checkpoint=dict(interval=max_iters))
                          '--work-dir', tmp_path / 'test')
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert metric in proc.stdout + proc.stderr
+
+
+def test_mask2former_demo_trains_in_fp16_on_the_cpu(tiny_coco, tmp_path):
+    """``docs/benchmark/fp16_training_on_cpu.py``: tools/train.py with fp16
+    autocast and a dynamic loss scaler on the CPU, the convolutions in
+    fp32. Its first steps overflow in fp16 and are skipped, each halving
+    the scale from 2**16 (the log shows its mean over the logging window);
+    training goes on to its checkpoint, with the command line's other
+    options."""
+    config = tiny_demo_config('coco', tiny_coco, tmp_path, max_iters=3)
+    work = tmp_path / 'work'
+    proc = run_tool_here('docs/benchmark/fp16_training_on_cpu.py', config,
+                         '--work-dir', work, '--cfg-options',
+                         'randomness.seed=1', 'val_cfg=None',
+                         'val_dataloader=None', 'val_evaluator=None')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    scales = [float(s) for s in re.findall(r'loss_scale: ([0-9.]+)', log)]
+    assert len(scales) == 3 and scales[-1] < 2.0 ** 16, scales
+    assert (work / 'iter_3.pth').is_file()
+    assert re.search(r'"?seed"?\s*[:=]\s*1\b', log), 'seed option lost'

@@ -1,14 +1,15 @@
 """AutocastPartsHook (xcit_dense/precision.py): the named parts of a model
 run in bf16 in validation and testing, everything between them and their
 outputs in fp32; training untouched; tools/test.py with the hook in a
-config."""
+config. Float32PartsHook: the named parts in fp32 under autocast for the
+whole run."""
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn as nn
 
-from xcit_dense import AutocastPartsHook, UserError
+from xcit_dense import AutocastPartsHook, Float32PartsHook, UserError
 
 from conftest import run_tool_here
 from test_export_detector import MASK_RCNN
@@ -53,6 +54,38 @@ def test_parts_run_in_bf16_and_hand_on_fp32():
         AutocastPartsHook(parts=['net', 'roi_head']).before_val(runner)
     with pytest.raises(UserError, match="'bfloat16' or 'float16'"):
         AutocastPartsHook(dtype='int8')
+
+
+def test_float32_parts_under_autocast():
+    """Under bf16 autocast the named part computes in fp32 from fp32 inputs
+    (the part before it hands on bf16), given positionally or by keyword;
+    the rest stays in autocast; removed after the run."""
+    model = Toy()
+    inner = []
+    model.head.register_forward_hook(
+        lambda mod, args, kwargs, out: inner.append(
+            ([*args, *kwargs.values()][0].dtype, out.dtype)),
+        with_kwargs=True)
+    runner = SimpleNamespace(model=SimpleNamespace(module=model),  # DDP
+                             logger=SimpleNamespace(info=inner.append))
+    hook = Float32PartsHook(parts=['head'])
+    hook.before_run(runner)
+    assert inner == ['head run in float32 (autocast off inside them)']
+    x = torch.randn(3, 4)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = model(x)
+        assert model.seen == torch.bfloat16  # the rest in autocast
+        assert torch.is_autocast_enabled('cpu')  # back on after the part
+        by_keyword = model.head(input=torch.randn(3, 4).bfloat16())
+    assert inner[1:] == [(torch.float32, torch.float32)] * 2
+    assert out.dtype == by_keyword.dtype == torch.float32
+    hook.after_run(runner)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        assert model(x).dtype == torch.bfloat16  # removed
+    with pytest.raises(UserError, match='the model has no pixel_decoder'):
+        Float32PartsHook(parts=['pixel_decoder']).before_run(runner)
+    with pytest.raises(UserError, match='a list of module names'):
+        Float32PartsHook(parts='head')
 
 
 def test_test_tool_with_the_hook(tmp_path, tiny_coco):

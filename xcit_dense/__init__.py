@@ -16,13 +16,14 @@ from .hooks import CheckpointImportHook, PreemptionHook  # noqa: E402
 from .inference import init_model  # noqa: E402
 from .models import ARCH_SETTINGS, XCiT, fast_path, set_fast_path  # noqa: E402
 from .optim import NoDecayOptimWrapperConstructor  # noqa: E402
-from .precision import AutocastPartsHook  # noqa: E402
+from .precision import AutocastPartsHook, Float32PartsHook  # noqa: E402
 
 __version__ = '0.1.0'
 __all__ = [
     'ARCH_SETTINGS', 'AutocastPartsHook', 'CheckpointError',
     'CheckpointImportHook', 'DataError',
-    'ExportError', 'NoDecayOptimWrapperConstructor', 'PreemptionHook',
+    'ExportError', 'Float32PartsHook', 'NoDecayOptimWrapperConstructor',
+    'PreemptionHook',
     'UserError', 'XCiT', 'XCiTDenseError', 'fast_path',
     'init_model', 'load_backbone_checkpoint', 'set_fast_path',
     '__version__'

@@ -1,4 +1,6 @@
-"""Low-precision inference of chosen parts of a model, the rest in fp32.
+"""Chosen parts of a model in another precision than the rest: in low
+precision for inference (:class:`AutocastPartsHook`), or in fp32 under
+mixed precision (:class:`Float32PartsHook`).
 
 mmengine's ``TestLoop(fp16=True)`` runs the whole ``predict`` under
 ``torch.autocast``: on a CPU that is bf16 for everything, box decoding
@@ -39,18 +41,39 @@ def to_float(value):
 def autocast_part(module: nn.Module, dtype: torch.dtype) -> List:
     """Run ``module``'s forward under ``torch.autocast`` of its device with
     ``dtype``, its outputs cast to fp32, through forward hooks (its own
-    ``forward`` runs as written). Returns the hook handles."""
-    def enter(mod, args):
+    ``forward`` runs as written). ``torch.float32``: autocast off inside
+    it, its floating inputs cast to fp32 (under an enclosing autocast they
+    may be fp16 or bf16). Returns the hook handles."""
+    full = dtype == torch.float32
+
+    def enter(mod, args, kwargs):
         device = next(mod.parameters(), torch.empty(0)).device.type
-        mod.__dict__.setdefault('_autocast_contexts', []).append(
-            torch.autocast(device, dtype=dtype))
-        mod._autocast_contexts[-1].__enter__()
+        context = (torch.autocast(device, enabled=False) if full else
+                   torch.autocast(device, dtype=dtype))
+        mod.__dict__.setdefault('_autocast_contexts', []).append(context)
+        context.__enter__()
+        return (to_float(args), to_float(kwargs)) if full else None
 
     def leave(mod, args, output):
         mod._autocast_contexts.pop().__exit__(None, None, None)
         return to_float(output)
-    return [module.register_forward_pre_hook(enter),
+    return [module.register_forward_pre_hook(enter, with_kwargs=True),
             module.register_forward_hook(leave, always_call=True)]
+
+
+def named_parts(model: nn.Module, parts: Sequence[str], hook: str
+                ) -> Dict[str, nn.Module]:
+    """The modules of ``model`` named ``parts`` (dotted names, below any
+    wrapper); an unknown name is a :class:`UserError` naming ``hook``."""
+    while hasattr(model, 'module'):  # DDP, test-time augmentation
+        model = model.module
+    names = dict(model.named_modules())
+    missing = [p for p in parts if p not in names]
+    if missing:
+        raise UserError(
+            f'{hook}: the model has no {", ".join(missing)}; parts must '
+            f'name its modules (for example {", ".join(DETECTOR_PARTS)}).')
+    return {p: names[p] for p in parts}
 
 
 @HOOKS.register_module()
@@ -79,21 +102,9 @@ class AutocastPartsHook(Hook):
         self.parts = tuple(parts)
         self._handles: List = []
 
-    def modules(self, model: nn.Module) -> Dict[str, nn.Module]:
-        """The parts by name; an unknown name is a :class:`UserError`."""
-        while hasattr(model, 'module'):  # DDP, test-time augmentation
-            model = model.module
-        names = dict(model.named_modules())
-        missing = [p for p in self.parts if p not in names]
-        if missing:
-            raise UserError(
-                f'AutocastPartsHook: the model has no {", ".join(missing)}; '
-                'parts must name its modules (for example '
-                f'{", ".join(DETECTOR_PARTS)}).')
-        return {p: names[p] for p in self.parts}
-
     def _start(self, runner) -> None:
-        for module in self.modules(runner.model).values():
+        parts = named_parts(runner.model, self.parts, 'AutocastPartsHook')
+        for module in parts.values():
             self._handles += autocast_part(module, self.dtype)
         runner.logger.info(
             f'{", ".join(self.parts)} run in {str(self.dtype)[6:]} '
@@ -113,3 +124,42 @@ class AutocastPartsHook(Hook):
 
     after_val = _stop
     after_test = _stop
+
+
+@HOOKS.register_module()
+class Float32PartsHook(Hook):
+    """Run ``parts`` of the model (dotted module names) in fp32 under
+    autocast, for the whole run (AMP training, fp16 validation and
+    testing): autocast off inside each part, its floating inputs cast to
+    fp32. Mask2Former's published code runs its pixel decoder so under AMP
+    ("deformable detr does not support half precision"); mmcv's CUDA
+    multi-scale deformable attention otherwise runs in fp16. Without
+    autocast nothing changes. In a config::
+
+        custom_hooks = [dict(type='xcit_dense.Float32PartsHook',
+                             parts=['panoptic_head.pixel_decoder'])]
+
+    Args:
+        parts (sequence of str): the modules to run in fp32.
+    """
+    priority = 'NORMAL'
+
+    def __init__(self, parts: Sequence[str]):
+        if isinstance(parts, str) or not parts:
+            raise UserError(
+                'Float32PartsHook: parts must be a list of module names '
+                f"(e.g. ['panoptic_head.pixel_decoder']), got {parts!r}.")
+        self.parts = tuple(parts)
+        self._handles: List = []
+
+    def before_run(self, runner) -> None:
+        parts = named_parts(runner.model, self.parts, 'Float32PartsHook')
+        for module in parts.values():
+            self._handles += autocast_part(module, torch.float32)
+        runner.logger.info(f'{", ".join(self.parts)} run in float32 '
+                           '(autocast off inside them)')
+
+    def after_run(self, runner) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []

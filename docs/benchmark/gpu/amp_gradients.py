@@ -3,9 +3,10 @@ part by part of a model.
 
 The COCO Mask2Former demo trained on an H200 with fp16 AMP
 (``tools/dist_train.sh CONFIG 1 --amp``) ended at 0.097 box and 0.114 mask
-mAP, below its two fp32 runs on the CPU (0.149 / 0.170, 0.137 / 0.178)
+mAP, below its four fp32 runs on the CPU (0.111 to 0.149 / 0.133 to 0.178),
 where the four other demos trained with AMP landed beside theirs. On the
-CPU the same demo's head under fp16 autocast gives fp32's gradients to
+CPU fp16 autocast trains it as fp32 does
+(``docs/benchmark/fp16_training_on_cpu.py``) and gives fp32's gradients to
 rounding (below), so what CUDA runs in fp16 that the CPU does not is the
 suspect: mmcv's multi-scale deformable attention kernel, which runs in the
 value's dtype (fp16 under AMP; on the CPU it falls back to
@@ -22,8 +23,9 @@ config says, or ``--checkpoint``), the gradients of the summed losses:
 * ``autocast``: under ``torch.autocast`` in ``--dtype``, the loss scaled
   by ``--loss-scale`` and the gradients unscaled, as AMP's scaler does;
 * ``autocast, fp32 PART``: the same with each of ``--fp32-parts`` run in
-  fp32 (autocast off inside it, its floating inputs cast to fp32), as the
-  published Mask2Former runs its pixel decoder.
+  fp32 (autocast off inside it, its floating inputs cast to fp32, as
+  ``xcit_dense.Float32PartsHook`` runs it), as the published Mask2Former
+  runs its pixel decoder.
 
 Each row: a variant's distance to ``fp32`` per part (the parameters under
 each module ``--depth`` names deep, and ``all``), ``|g - g32| / |g32|``
@@ -62,25 +64,9 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
 from xcit_dense.cli import add_cfg_options, load_config  # noqa: E402
-from xcit_dense.precision import to_float  # noqa: E402
+from xcit_dense.precision import autocast_part  # noqa: E402
 
 DEMO = 'configs/coco/demo_mask2former_xcit_nano_synthetic.py'
-
-
-def fp32_part(module):
-    """Run ``module`` in fp32 under any autocast: autocast off inside its
-    forward, its floating inputs cast to fp32 (hook handles returned)."""
-    def enter(mod, args, kwargs):
-        device = next(mod.parameters()).device.type
-        context = torch.autocast(device, enabled=False)
-        mod.__dict__.setdefault('_fp32_contexts', []).append(context)
-        context.__enter__()
-        return to_float(args), to_float(kwargs)
-
-    def leave(mod, args, output):
-        mod._fp32_contexts.pop().__exit__(None, None, None)
-    return [module.register_forward_pre_hook(enter, with_kwargs=True),
-            module.register_forward_hook(leave, always_call=True)]
 
 
 def part_of(name, depth):
@@ -184,7 +170,8 @@ def probe(args, results):
                 'autocast': gradients(model, data, batch, dtype,
                                       args.loss_scale)}
             for part in args.fp32_parts:
-                handles = fp32_part(model.get_submodule(part))
+                handles = autocast_part(model.get_submodule(part),
+                                        torch.float32)
                 try:
                     variants[f'autocast, fp32 {part}'] = gradients(
                         model, data, batch, dtype, args.loss_scale)

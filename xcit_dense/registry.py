@@ -12,6 +12,7 @@ from mmengine.registry import MODELS as MMENGINE_MODELS
 from mmengine.registry import (
     OPTIM_WRAPPER_CONSTRUCTORS as MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS,
 )
+from mmengine.registry import TASK_UTILS as MMENGINE_TASK_UTILS
 from mmengine.registry import TRANSFORMS as MMENGINE_TRANSFORMS
 from mmengine.registry import Registry
 
@@ -31,6 +32,9 @@ OPTIM_WRAPPER_CONSTRUCTORS = Registry(
     'optimizer wrapper constructor',
     parent=MMENGINE_OPTIM_WRAPPER_CONSTRUCTORS, scope='xcit_dense',
     locations=['xcit_dense.optim'])
+TASK_UTILS = Registry(
+    'task util', parent=MMENGINE_TASK_UTILS, scope='xcit_dense',
+    locations=['xcit_dense.matching'])
 TRANSFORMS = Registry(
     'transform', parent=MMENGINE_TRANSFORMS, scope='xcit_dense',
     locations=['xcit_dense.transforms'])

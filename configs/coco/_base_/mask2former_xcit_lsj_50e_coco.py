@@ -19,6 +19,10 @@ custom_imports = dict(imports=['xcit_dense', 'xcit_dense.tta'],
 model = dict(
     backbone={{_base_.xcit_backbone}},
     panoptic_head=dict(in_channels=[384] * 4),
+    # mmdet's matcher with its costs in fp32 under AMP, as Mask2Former's
+    # published matcher: in fp16 a background query's mask cost over the
+    # 12,544 points overflows (xcit_dense/matching.py); fp32 runs unchanged
+    train_cfg=dict(assigner=dict(type='xcit_dense.Float32HungarianAssigner')),
     init_cfg=None)
 
 _embed = dict(lr_mult=1.0, decay_mult=0.0)

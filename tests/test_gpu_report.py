@@ -341,16 +341,24 @@ def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
         'train_dataloader.persistent_workers=False',
         f'train_dataloader.dataset.data_root={tiny_coco}/')
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = {row['variant']: row['parts'] for row in map(json.loads, (
+    rows = {row['variant']: row for row in map(json.loads, (
         tmp_path / 'amp_gradients.jsonl').read_text().splitlines())}
     fp32_decoder = 'autocast, fp32 panoptic_head.pixel_decoder'
     assert list(rows) == ['rerun', 'autocast', fp32_decoder]
+    rerun = rows['rerun']
     assert {'backbone.blocks', 'panoptic_head.pixel_decoder',
-            'panoptic_head.transformer_decoder', 'all'} <= set(rows['rerun'])
+            'panoptic_head.transformer_decoder', 'all'} <= set(rerun['parts'])
     assert all(part['relative'] == 0.0 and part['finite']
-               for part in rows['rerun'].values())
+               for part in rerun['parts'].values())
+    # the matcher's assignments recorded: a rerun assigns all as fp32
+    assert rerun['loss'] == rerun['fp32_loss']
+    assert rerun['assigned_as_fp32'] == 1.0
     for variant in ('autocast', fp32_decoder):
-        assert 0 < rows[variant]['all']['relative'] < 0.2
-        assert all(part['finite'] for part in rows[variant].values())
+        row = rows[variant]
+        assert 0 < row['parts']['all']['relative'] < 0.2
+        assert all(part['finite'] for part in row['parts'].values())
+        assert row['loss'] == pytest.approx(row['fp32_loss'], rel=0.05)
+        assert 0 <= row['assigned_as_fp32'] <= 1
     decoder = 'panoptic_head.pixel_decoder'
-    assert rows[fp32_decoder][decoder] != rows['autocast'][decoder]
+    assert (rows[fp32_decoder]['parts'][decoder]
+            != rows['autocast']['parts'][decoder])

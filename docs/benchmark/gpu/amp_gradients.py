@@ -27,17 +27,21 @@ config says, or ``--checkpoint``), the gradients of the summed losses:
   ``xcit_dense.Float32PartsHook`` runs it), as the published Mask2Former
   runs its pixel decoder.
 
-Each row: a variant's distance to ``fp32`` per part (the parameters under
-each module ``--depth`` names deep, and ``all``), ``|g - g32| / |g32|``
-over the part's gradients, and whether they are all finite. The same
-random points are sampled for every variant (the generator re-seeded).
+Each row: a variant's summed loss beside fp32's, the fraction of
+predictions its matchers (each module's ``assigner``) assigned as in fp32,
+and its distance to ``fp32`` per part (the parameters under each module
+``--depth`` names deep, and ``all``), ``|g - g32| / |g32|`` over the part's
+gradients, and whether they are all finite. The same random points are
+sampled for every variant (the generator re-seeded).
 On the CPU (2-core Intel Xeon with AMX, PyTorch 2.12.1, fp16, three
-batches), with the COCO Mask2Former demo trained 800 iterations under fp16
-AMP on the CPU (``--checkpoint``): all gradients 1.7e-3 to 6.0e-3 from
-fp32's, the backbone's blocks 3.2e-3 to 1.3e-2, the pixel decoder 4.8e-3 to
-1.2e-2 (3.5e-3 to 1.1e-2 with it in fp32), the transformer decoder 6.7e-3
-to 8.6e-3, all finite; untrained (the config's initialisation) all 1.3e-2
-to 6.9e-2.
+batches, two runs: one thread and two), with the COCO Mask2Former demo
+trained 800 iterations under fp16 AMP on the CPU (``--checkpoint``): the
+losses within 0.15 % of fp32's, every prediction assigned as in fp32, all
+gradients 1.6e-3 to 1.1e-2 from fp32's, the backbone's blocks 3.1e-3 to
+2.1e-2, the pixel decoder 4.2e-3 to 1.4e-2 (1.7e-3 to 1.4e-2 with it in
+fp32), the transformer decoder 6.2e-3 to 2.5e-2, all finite (the same
+batch's distance moves up to 2x with the threads' summation order);
+untrained (the config's initialisation, one run) all 1.3e-2 to 6.9e-2.
 Run on a CUDA machine::
 
     python docs/benchmark/gpu/amp_gradients.py --out DIR \\
@@ -73,19 +77,53 @@ def part_of(name, depth):
     return '.'.join(name.split('.')[:depth])
 
 
-def gradients(model, data, seed, dtype=None, loss_scale=1.0):
-    """The summed losses' gradients by parameter name (unscaled), the
-    random generator seeded with ``seed`` first."""
+class Assignments(list):
+    """While entered, the ``gt_inds`` of every assignment made by the
+    model's matchers (each module's ``assigner``: Mask2Former's Hungarian
+    matcher, an RPN's IoU assigner), in order."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.assigners = [m.assigner for m in model.modules()
+                          if hasattr(getattr(m, 'assigner', None), 'assign')]
+
+    def __enter__(self):
+        for assigner in self.assigners:
+            def assign(*args, _assign=assigner.assign, **kwargs):
+                result = _assign(*args, **kwargs)
+                self.append(result.gt_inds.detach().cpu())
+                return result
+            assigner.assign = assign  # on the instance, removed on exit
+        return self
+
+    def __exit__(self, *exc):
+        for assigner in self.assigners:
+            del assigner.assign
+
+    def agreement(self, reference):
+        """The fraction of predictions assigned as in ``reference``."""
+        if [a.shape for a in self] != [a.shape for a in reference]:
+            return None
+        same = sum(int((a == b).sum()) for a, b in zip(self, reference))
+        return same / max(sum(a.numel() for a in reference), 1)
+
+
+def step(model, data, seed, dtype=None, loss_scale=1.0):
+    """The summed losses, their gradients by parameter name (unscaled) and
+    the matchers' assignments, the random generator seeded with ``seed``
+    first."""
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
     device = next(model.parameters()).device.type
     with torch.autocast(device, dtype=dtype or torch.float32,
-                        enabled=dtype is not None):
+                        enabled=dtype is not None), \
+            Assignments(model) as assignments:
         losses = model(**data, mode='loss')
     loss = sum(value for key, value in losses.items() if 'loss' in key)
     (loss * loss_scale).backward()
-    return {n: p.grad.detach().float() / loss_scale
-            for n, p in model.named_parameters() if p.grad is not None}
+    grads = {n: p.grad.detach().float() / loss_scale
+             for n, p in model.named_parameters() if p.grad is not None}
+    return float(loss), grads, assignments
 
 
 def distances(grads, reference, depth):
@@ -164,30 +202,36 @@ def probe(args, results):
         batches = iter(loader)
         for batch in range(args.batches):
             data = model.data_preprocessor(next(batches), True)
-            reference = gradients(model, data, batch)
+            reference = step(model, data, batch)
             variants = {
-                'rerun': gradients(model, data, batch),
-                'autocast': gradients(model, data, batch, dtype,
-                                      args.loss_scale)}
+                'rerun': step(model, data, batch),
+                'autocast': step(model, data, batch, dtype,
+                                 args.loss_scale)}
             for part in args.fp32_parts:
                 handles = autocast_part(model.get_submodule(part),
                                         torch.float32)
                 try:
-                    variants[f'autocast, fp32 {part}'] = gradients(
+                    variants[f'autocast, fp32 {part}'] = step(
                         model, data, batch, dtype, args.loss_scale)
                 finally:
                     for handle in handles:
                         handle.remove()
-            for variant, grads in variants.items():
+            for variant, (loss, grads, assignments) in variants.items():
                 row = dict(batch=batch, variant=variant,
                            dtype=args.dtype if variant != 'rerun'
                            else 'float32',
                            device=str(next(model.parameters()).device),
-                           parts=distances(grads, reference, args.depth))
+                           loss=loss, fp32_loss=reference[0],
+                           assigned_as_fp32=assignments.agreement(
+                               reference[2]),
+                           parts=distances(grads, reference[1],
+                                           args.depth))
                 with open(results, 'a') as f:
                     f.write(json.dumps(row) + '\n')
-                print(variant, {k: v.get('relative') for k, v in
-                                row['parts'].items()}, flush=True)
+                print(variant, f'loss {loss:.4f} (fp32 {reference[0]:.4f})',
+                      f"assigned as fp32: {row['assigned_as_fp32']}",
+                      {k: v.get('relative') for k, v in
+                       row['parts'].items()}, flush=True)
 
 
 if __name__ == '__main__':

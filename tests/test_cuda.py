@@ -982,3 +982,19 @@ def test_compiled_backbone_matches_eager(no_tf32, dynamic):
         _assert_gradients_match(model, grads, ref_grads, 1e-4)
     assert model.__dict__.get('_compiled_forward') is not None
     assert frames['ok'] - before == 1, dict(frames)
+
+
+def test_mask2former_matcher_in_fp32_under_cuda_autocast():
+    """On CUDA as on the CPU (tests/test_matching.py): under fp16 autocast
+    mmdet's Hungarian matcher sums the mask costs of the recipes' 12,544
+    points in fp16 and stops ("cost matrix is infeasible"); the recipes'
+    ``Float32HungarianAssigner`` assigns as in fp32."""
+    from test_matching import assigned, build, instances
+    mmdets = build('HungarianAssigner')
+    ours = build('xcit_dense.Float32HungarianAssigner')
+    pred, gt = (data.to('cuda') for data in instances(0))
+    expected = assigned(mmdets.assign(pred, gt))
+    with torch.autocast('cuda', dtype=torch.float16):
+        with pytest.raises(ValueError, match='cost matrix is infeasible'):
+            mmdets.assign(pred, gt)
+        assert assigned(ours.assign(pred, gt)) == expected

@@ -189,15 +189,13 @@ def test_launcher_names_a_bad_count_and_a_busy_port(tmp_path):
 @pytest.mark.parametrize('status', [1, 75])
 def test_a_failed_process_ends_the_launcher_with_its_status(tmp_path,
                                                             status):
-    """``tools/torchrun.sh``'s torchrun (``xcit_dense.cli.torchrun``): a
+    """``tools/torchrun.sh``'s torchrun (``xcit_dense/launch.py``): a
     process that fails (here: rank 1 of 2, after its own message) ends the
     launcher with its status and one line naming it, not torchrun's
     ChildFailedError traceback and failure report; the status 75 of a run
     pre-empted with a checkpoint is passed on as it is, for a scheduler to
     requeue."""
-    launcher = tmp_path / 'launch.py'
-    launcher.write_text('import sys\nfrom xcit_dense.cli import torchrun\n'
-                        'torchrun(sys.argv[1:])\n')
+    launcher = REPO / 'xcit_dense' / 'launch.py'
     worker = tmp_path / 'worker.py'
     worker.write_text(
         'import os, sys\n'

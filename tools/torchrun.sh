@@ -27,9 +27,10 @@ s.bind((sys.argv[1], int(sys.argv[2])))' "$MASTER_ADDR" "$PORT" 2>/dev/null; the
 fi
 
 # torchrun itself; a failed process ends it with that process's status
-# and one line, not torchrun's traceback (xcit_dense.cli.torchrun)
+# and one line, not torchrun's traceback (xcit_dense/launch.py, run by its
+# path: the launcher imports torch alone, not this package)
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} \
-exec "$PYTHON" -c 'import sys; from xcit_dense.cli import torchrun; torchrun(sys.argv[1:])' \
+exec "$PYTHON" "$ROOT/xcit_dense/launch.py" \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \
     --master_addr="$MASTER_ADDR" \

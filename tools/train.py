@@ -16,7 +16,7 @@ from xcit_dense.cli import (  # noqa: E402
     run_cli,
 )
 from xcit_dense.errors import UserError  # noqa: E402
-from xcit_dense.hooks import EXIT_PREEMPTED  # noqa: E402
+from xcit_dense.launch import EXIT_PREEMPTED  # noqa: E402
 from xcit_dense.preflight import check_inputs  # noqa: E402
 from xcit_dense.runner import build_runner, finish_distributed  # noqa: E402
 

@@ -13,7 +13,7 @@ import re
 import sys
 import tempfile
 import warnings
-from typing import List, Optional
+from typing import Optional
 
 from mmengine.config import Config, DictAction
 
@@ -275,35 +275,3 @@ def config_from_args(args: argparse.Namespace) -> Config:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     return cfg
-
-
-def torchrun(argv: List[str]) -> None:
-    """PyTorch's torchrun (``torch.distributed.run``) as
-    ``tools/torchrun.sh`` runs it, ended by a failed process with that
-    process's exit status and one line naming it, instead of torchrun's
-    traceback and failure report: the process printed why (a tool's one
-    paragraph, or its own traceback). A run whose processes saved a
-    checkpoint on a signal ends with their status 75 (EX_TEMPFAIL), which
-    a scheduler's script can requeue, as ``tools/train.py`` alone does."""
-    from torch.distributed.elastic.multiprocessing.errors import (
-        ChildFailedError,
-    )
-    from torch.distributed.run import main
-
-    from .hooks import EXIT_PREEMPTED
-    try:
-        main(argv)
-    except ChildFailedError as e:
-        rank, failure = e.get_first_failure()
-        status = failure.exitcode
-        if status < 0:  # killed by a signal
-            print(f'error: process {rank} was killed by '
-                  f'{failure.signal_name()} (the system\'s out-of-memory '
-                  'killer sends SIGKILL); torchrun stopped the others.',
-                  file=sys.stderr)
-            sys.exit(128 - status)
-        if status != EXIT_PREEMPTED:
-            print(f'error: process {rank} exited with status {status} '
-                  '(its output above says why); torchrun stopped the '
-                  'others.', file=sys.stderr)
-        sys.exit(status)

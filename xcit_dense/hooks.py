@@ -9,6 +9,7 @@ from mmengine.hooks import Hook
 from mmengine.logging import print_log
 
 from .checkpoint.published import is_published, model_weights, refuse_resume
+from .launch import EXIT_PREEMPTED
 from .optim import merge_saved_schedulers
 from .registry import HOOKS
 from .training import AtomicLocalBackend
@@ -82,11 +83,6 @@ class CheckpointImportHook(Hook):
         else:
             checkpoint.clear()
             checkpoint.update(weights)
-
-
-#: the exit status of a run that saved a checkpoint on a signal and stopped
-#: (EX_TEMPFAIL of sysexits.h: try again, e.g. requeue and --resume)
-EXIT_PREEMPTED = 75
 
 
 @HOOKS.register_module()

@@ -10,7 +10,7 @@ named parts (the networks: backbone, neck, heads) under autocast and hands
 their outputs on in fp32, so that what lies between them (anchor and box
 decoding, NMS, RoIAlign, mask pasting) computes in fp32 as it always does.
 """
-from typing import Dict, List, Sequence
+from typing import List, Sequence
 
 import torch
 import torch.nn as nn
@@ -61,23 +61,46 @@ def autocast_part(module: nn.Module, dtype: torch.dtype) -> List:
             module.register_forward_hook(leave, always_call=True)]
 
 
-def named_parts(model: nn.Module, parts: Sequence[str], hook: str
-                ) -> Dict[str, nn.Module]:
-    """The modules of ``model`` named ``parts`` (dotted names, below any
-    wrapper); an unknown name is a :class:`UserError` naming ``hook``."""
-    while hasattr(model, 'module'):  # DDP, test-time augmentation
-        model = model.module
-    names = dict(model.named_modules())
-    missing = [p for p in parts if p not in names]
-    if missing:
-        raise UserError(
-            f'{hook}: the model has no {", ".join(missing)}; parts must '
-            f'name its modules (for example {", ".join(DETECTOR_PARTS)}).')
-    return {p: names[p] for p in parts}
+class PartsHook(Hook):
+    """While started, the named ``parts`` of the model (dotted module names,
+    below any wrapper) run in ``dtype`` through :func:`autocast_part`;
+    subclasses say when, and what the log says (:meth:`running`)."""
+    priority = 'NORMAL'
+
+    def __init__(self, dtype: torch.dtype, parts: Sequence[str]):
+        self.dtype = dtype
+        self.parts = tuple(parts)
+        self._handles: List = []
+
+    def running(self) -> str:
+        """How the parts run, for the log."""
+        raise NotImplementedError
+
+    def _start(self, runner) -> None:
+        """Hook the parts; an unknown name is a :class:`UserError`."""
+        model = runner.model
+        while hasattr(model, 'module'):  # DDP, test-time augmentation
+            model = model.module
+        names = dict(model.named_modules())
+        missing = [p for p in self.parts if p not in names]
+        if missing:
+            raise UserError(
+                f'{type(self).__name__}: the model has no '
+                f'{", ".join(missing)}; parts must name its modules (for '
+                f'example {", ".join(DETECTOR_PARTS)}).')
+        for part in self.parts:
+            self._handles += autocast_part(names[part], self.dtype)
+        runner.logger.info(f'{", ".join(self.parts)} run in '
+                           f'{self.running()}')
+
+    def _stop(self, runner, *args, **kwargs) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
 
 @HOOKS.register_module()
-class AutocastPartsHook(Hook):
+class AutocastPartsHook(PartsHook):
     """In validation and testing, run ``parts`` of the model (dotted module
     names) in ``dtype`` under ``torch.autocast``, each part's outputs cast
     back to fp32; training is left as it is. In a config::
@@ -91,30 +114,16 @@ class AutocastPartsHook(Hook):
         parts (sequence of str): the modules to run in ``dtype``; default
             the networks of Mask R-CNN (:data:`DETECTOR_PARTS`).
     """
-    priority = 'NORMAL'
-
     def __init__(self, dtype: str = 'bfloat16',
                  parts: Sequence[str] = DETECTOR_PARTS):
         if dtype not in ('bfloat16', 'float16'):
             raise UserError(f"AutocastPartsHook's dtype must be 'bfloat16' "
                             f"or 'float16', got {dtype!r}.")
-        self.dtype = getattr(torch, dtype)
-        self.parts = tuple(parts)
-        self._handles: List = []
+        super().__init__(getattr(torch, dtype), parts)
 
-    def _start(self, runner) -> None:
-        parts = named_parts(runner.model, self.parts, 'AutocastPartsHook')
-        for module in parts.values():
-            self._handles += autocast_part(module, self.dtype)
-        runner.logger.info(
-            f'{", ".join(self.parts)} run in {str(self.dtype)[6:]} '
-            '(torch.autocast), their outputs and everything between them in '
-            'float32')
-
-    def _stop(self, runner, *args, **kwargs) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+    def running(self) -> str:
+        return (f'{str(self.dtype)[6:]} (torch.autocast), their outputs and '
+                'everything between them in float32')
 
     def before_val(self, runner) -> None:
         self._start(runner)
@@ -122,12 +131,12 @@ class AutocastPartsHook(Hook):
     def before_test(self, runner) -> None:
         self._start(runner)
 
-    after_val = _stop
-    after_test = _stop
+    after_val = PartsHook._stop
+    after_test = PartsHook._stop
 
 
 @HOOKS.register_module()
-class Float32PartsHook(Hook):
+class Float32PartsHook(PartsHook):
     """Run ``parts`` of the model (dotted module names) in fp32 under
     autocast, for the whole run (AMP training, fp16 validation and
     testing): autocast off inside each part, its floating inputs cast to
@@ -142,24 +151,18 @@ class Float32PartsHook(Hook):
     Args:
         parts (sequence of str): the modules to run in fp32.
     """
-    priority = 'NORMAL'
-
     def __init__(self, parts: Sequence[str]):
         if isinstance(parts, str) or not parts:
             raise UserError(
                 'Float32PartsHook: parts must be a list of module names '
                 f"(e.g. ['panoptic_head.pixel_decoder']), got {parts!r}.")
-        self.parts = tuple(parts)
-        self._handles: List = []
+        super().__init__(torch.float32, parts)
+
+    def running(self) -> str:
+        return 'float32 (autocast off inside them)'
 
     def before_run(self, runner) -> None:
-        parts = named_parts(runner.model, self.parts, 'Float32PartsHook')
-        for module in parts.values():
-            self._handles += autocast_part(module, torch.float32)
-        runner.logger.info(f'{", ".join(self.parts)} run in float32 '
-                           '(autocast off inside them)')
+        self._start(runner)
 
     def after_run(self, runner) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        self._stop(runner)

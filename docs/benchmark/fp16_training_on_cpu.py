@@ -31,37 +31,34 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
-from mmengine.optim import OptimWrapper
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 @OPTIM_WRAPPERS.register_module(force=True)  # run again in one process
-class CPUFloat16OptimWrapper(OptimWrapper):
-    """``AmpOptimWrapper``'s fp16 autocast and loss scaling on the CPU."""
+class CPUFloat16OptimWrapper(AmpOptimWrapper):
+    """``AmpOptimWrapper`` (its scaled backward, unscaled clipping and
+    scaler step) with fp16 autocast and PyTorch's loss scaler on the CPU,
+    where its own ``__init__`` asks for a GPU and mmengine's ``autocast``
+    allows bf16 only."""
 
     def __init__(self, **kwargs):
-        super().__init__(**kwargs)
+        OptimWrapper.__init__(self, **kwargs)
+        self._scale_update_param = None
         self.loss_scaler = torch.amp.GradScaler('cpu')
-
-    def backward(self, loss, **kwargs):
-        self.loss_scaler.scale(loss).backward(**kwargs)
-        self._inner_count += 1
+        self.cast_dtype = torch.float16
 
     def step(self, **kwargs):
-        if self.clip_grad_kwargs:
-            self.loss_scaler.unscale_(self.optimizer)
-            self._clip_grad()
-        self.loss_scaler.step(self.optimizer, **kwargs)
-        self.loss_scaler.update()
+        super().step(**kwargs)
         self.message_hub.update_scalar('train/loss_scale',
                                        self.loss_scaler.get_scale())
 
     @contextmanager
     def optim_context(self, model):
-        with super().optim_context(model), torch.autocast(
-                'cpu', dtype=torch.float16):
+        with OptimWrapper.optim_context(self, model), torch.autocast(
+                'cpu', dtype=self.cast_dtype):
             yield
 
 

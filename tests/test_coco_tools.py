@@ -288,6 +288,44 @@ def _fails_cleanly(proc, *patterns):
         assert re.search(pattern, message), message
 
 
+def test_amp_as_mmdets_train_tool_gives_it(tiny_coco, tmp_path,
+                                           monkeypatch, capsys):
+    """--amp: the config's OptimWrapper, named with its scope or without
+    (or not named), becomes mmengine's AmpOptimWrapper; one already there
+    is kept; on a machine without a GPU it is fp32 again, said once. A
+    wrapper of another type is one paragraph before the work dir is
+    written (mmdet's tools/train.py asserts)."""
+    from mmengine.config import ConfigDict
+
+    from xcit_dense.runner import adapt_to_machine, use_amp
+    for given in ('OptimWrapper', 'mmengine.OptimWrapper', None):
+        cfg = ConfigDict(optim_wrapper=dict(optimizer=dict(type='SGD')))
+        if given:
+            cfg.optim_wrapper.type = given
+        use_amp(cfg)
+        assert (cfg.optim_wrapper.type, cfg.optim_wrapper.loss_scale) == (
+            'AmpOptimWrapper', 'dynamic'), given
+    cfg = ConfigDict(optim_wrapper=dict(type='mmengine.AmpOptimWrapper',
+                                        loss_scale=512.0))
+    use_amp(cfg)
+    assert cfg.optim_wrapper == dict(type='mmengine.AmpOptimWrapper',
+                                     loss_scale=512.0)
+    assert 'already enabled' in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
+    adapt_to_machine(cfg)
+    assert cfg.optim_wrapper == dict(type='OptimWrapper')
+    assert capsys.readouterr().out.startswith('No GPU: fp32 training')
+
+    work = tmp_path / 'work'
+    proc = run_tool_here('tools/train.py', _config(tmp_path, tiny_coco),
+                         '--work-dir', work, '--amp', '--cfg-options',
+                         'optim_wrapper.type=ApexOptimWrapper')
+    _fails_cleanly(proc, "--amp turns mmengine's OptimWrapper into its "
+                   "AmpOptimWrapper, and this config's optimizer wrapper is "
+                   "'ApexOptimWrapper'")
+    assert not work.exists()
+
+
 @pytest.mark.parametrize('tool', ['train.py', 'test.py'])
 def test_checkpoint_of_another_model_fails_before_the_work_dir(
         trained, tmp_path, tool):

@@ -60,6 +60,7 @@ from xcit_dense.deploy.quantization import dataset_images, export_int8  # noqa: 
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
 from xcit_dense.preflight import check_checkpoint, check_datasets  # noqa: E402
+from xcit_dense.toolkits import type_name  # noqa: E402
 
 DEFAULT_SHAPE = {'mmdet': (800, 1344), 'mmseg': (512, 512)}
 INT8_CHECK_IMAGES = 8
@@ -219,7 +220,7 @@ def test_resize(cfg):
     pipeline = cfg.get('test_pipeline') or (
         cfg.get('test_dataloader') or {}).get('dataset', {}).get('pipeline')
     resizes = [t for t in pipeline or []
-               if str(t.get('type', '')).split('.')[-1] == 'Resize']
+               if type_name(t) == 'Resize']
     if len(resizes) != 1:
         return None
     scale = resizes[0].get('scale')

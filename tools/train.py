@@ -18,7 +18,11 @@ from xcit_dense.cli import (  # noqa: E402
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.launch import EXIT_PREEMPTED  # noqa: E402
 from xcit_dense.preflight import check_inputs  # noqa: E402
-from xcit_dense.runner import build_runner, finish_distributed  # noqa: E402
+from xcit_dense.runner import (  # noqa: E402
+    build_runner,
+    finish_distributed,
+    use_amp,
+)
 
 
 def parse_args():
@@ -43,15 +47,7 @@ def main():
     cfg = config_from_args(args)
 
     if args.amp:
-        wrapper = cfg.optim_wrapper.get('type', 'OptimWrapper')
-        if wrapper == 'AmpOptimWrapper':
-            print('AMP training is already enabled in your config.')
-        else:
-            assert wrapper == 'OptimWrapper', (
-                '`--amp` is only supported when the optimizer wrapper type '
-                f'is `OptimWrapper` but got {wrapper}.')
-            cfg.optim_wrapper.type = 'AmpOptimWrapper'
-            cfg.optim_wrapper.loss_scale = 'dynamic'
+        use_amp(cfg)
 
     if args.auto_scale_lr:
         if 'auto_scale_lr' in cfg and 'enable' in cfg.auto_scale_lr and \

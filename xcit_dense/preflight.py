@@ -16,6 +16,7 @@ from .checkpoint import (
 from .checkpoint.published import is_published, refuse_resume
 from .checkpoint.resume import checkpoint_to_resume
 from .errors import CheckpointError, UserError
+from .toolkits import type_name
 
 
 def _datasets(cfg) -> Iterator[Tuple[str, dict]]:
@@ -86,7 +87,7 @@ def check_backbone(cfg) -> Optional[nn.Module]:
     constructor's own checks, an unknown argument included. Returns that
     meta-device backbone (None for another backbone)."""
     backbone = (cfg.get('model') or {}).get('backbone') or {}
-    if str(backbone.get('type', '')).split('.')[-1] != 'XCiT':
+    if type_name(backbone) != 'XCiT':
         return None
     pretrained = cfg.model.get('pretrained')
     if pretrained is not None:

@@ -4,6 +4,9 @@ checkpoint backend every run needs, the CPU process group."""
 import torch
 from mmengine.config import ConfigDict
 
+from .errors import UserError
+from .toolkits import type_name
+
 REQUIRED_HOOKS = ('CheckpointImportHook', 'PreemptionHook')
 
 def add_required_hooks(cfg, **arguments: dict) -> None:
@@ -17,7 +20,7 @@ def add_required_hooks(cfg, **arguments: dict) -> None:
     hooks = list(cfg.get('custom_hooks') or [])
     for name in REQUIRED_HOOKS:
         hook = next((h for h in hooks
-                     if str(h.get('type', '')).split('.')[-1] == name), None)
+                     if type_name(h) == name), None)
         if hook is None:
             hook = dict(type=f'xcit_dense.{name}')
             hooks.append(hook)
@@ -27,13 +30,32 @@ def add_required_hooks(cfg, **arguments: dict) -> None:
     if checkpoint is not None and not checkpoint.get('backend_args'):
         checkpoint['backend_args'] = dict(backend='atomic_local')
 
+def use_amp(cfg) -> None:
+    """``--amp``, as mmdet's and mmseg's ``tools/train.py`` give it: the
+    config's ``OptimWrapper`` becomes mmengine's ``AmpOptimWrapper`` with
+    dynamic loss scaling (the type named with or without its scope)."""
+    wrapper = cfg.optim_wrapper
+    name = type_name(wrapper) or 'OptimWrapper'
+    if name == 'AmpOptimWrapper':
+        print('AMP training is already enabled in your config.')
+    elif name == 'OptimWrapper':
+        wrapper.type = 'AmpOptimWrapper'
+        wrapper.loss_scale = 'dynamic'
+    else:
+        raise UserError(
+            f'--amp turns mmengine\'s OptimWrapper into its '
+            f'AmpOptimWrapper, and this config\'s optimizer wrapper is '
+            f'{wrapper.type!r}: drop --amp, or give the config a wrapper '
+            f'that trains in mixed precision itself (AmpOptimWrapper or a '
+            f'subclass of it).')
+
 def adapt_to_machine(cfg) -> None:
     """Fit a GPU recipe to a machine without one, saying what changed."""
     if torch.cuda.is_available():
         return
     notes = []
     wrapper = cfg.get('optim_wrapper') or {}
-    if wrapper.get('type') == 'AmpOptimWrapper':
+    if type_name(wrapper) == 'AmpOptimWrapper':
         wrapper['type'] = 'OptimWrapper'
         wrapper.pop('loss_scale', None)
         notes.append("fp32 training (mmengine's AmpOptimWrapper needs a GPU)")

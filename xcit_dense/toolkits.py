@@ -9,6 +9,15 @@ from .errors import UserError
 TOOLKITS = ('mmdet', 'mmseg')
 
 
+def type_name(part) -> str:
+    """The registered name a config part's ``type`` gives, without its
+    scope: ``'mmengine.OptimWrapper'`` and ``'OptimWrapper'`` are both
+    ``'OptimWrapper'``; a class given as the type, its name; empty for a
+    part without a type."""
+    kind = part.get('type', '') if part else ''
+    return getattr(kind, '__name__', str(kind)).split('.')[-1]
+
+
 def check_toolkit(scope: str) -> str:
     """``scope`` when it is one of :data:`TOOLKITS`; a :class:`UserError`
     paragraph otherwise."""

@@ -54,10 +54,10 @@ class ExportedModel:
         ``inference_detector`` and mmseg's ``inference_model`` use it."""
         from mmcv.transforms import Compose
 
-        from ..toolkits import use_toolkit
+        from ..toolkits import type_name, use_toolkit
         use_toolkit(self.scope)
         return Compose([_tuples(t) for t in transforms
-                        if t.get('type') != 'LoadAnnotations'])
+                        if type_name(t) != 'LoadAnnotations'])
 
     def predict(self, image_path: str):
         """The image's data sample, predictions at its original size."""

@@ -29,6 +29,7 @@ from mmengine.runner import EpochBasedTrainLoop as MMEngineEpochLoop
 from mmengine.runner import IterBasedTrainLoop as MMEngineIterLoop
 
 from ..registry import LOOPS
+from ..toolkits import type_name
 from .sampling import SeededSamples
 from .seeding import ITERATION, position_seed, seed_everything
 from .workers import tolerate_stop_signal
@@ -56,7 +57,7 @@ def resumable_dataloader(runner, dataloader):
             dataset.full_init()
     cfg['dataset'] = SeededSamples(dataset)
     sampler = cfg.get('sampler') or {}
-    if str(sampler.get('type', '')).split('.')[-1] == 'InfiniteSampler':
+    if type_name(sampler) == 'InfiniteSampler':
         cfg['sampler'] = dict(sampler, type='xcit_dense.InfiniteSampler')
     cfg['batch_sampler'] = dict(
         type='xcit_dense.ResumableBatchSampler',

@@ -1,6 +1,9 @@
 """The models and inputs the benchmark measures, random weights (seeded by
 the caller): XCiT backbones and their peers, whole detectors and segmentors
 from our configs and mmdet's."""
+import functools
+
+from ..toolkits import type_name
 from .names import DETECTORS, SEGMENTORS, config_path
 
 
@@ -51,7 +54,15 @@ def recipe_backbone(backbone: dict, variants: set) -> None:
 
 def recipe_config(base: str):
     """The config of a detector's or segmentor's benchmark name: ours from
-    configs/, mmdet's (``mmdet::``) from the installed mmdet."""
+    configs/, mmdet's (``mmdet::``) from the installed mmdet; a copy of
+    the file read once per process (a measurement reads it for the model
+    and again for an ``@iter`` row's optimizer wrapper)."""
+    import copy
+    return copy.deepcopy(_read_recipe_config(base))
+
+
+@functools.lru_cache(maxsize=None)
+def _read_recipe_config(base: str):
     from mmengine.config import Config
     from mmengine.hub import get_config
     path = config_path({**DETECTORS, **SEGMENTORS}[base])
@@ -68,8 +79,7 @@ def optim_wrapper_config(optim_wrapper, amp: bool, device: str) -> dict:
     kept."""
     import copy
     wrapper = copy.deepcopy(dict(optim_wrapper))
-    if wrapper.get('type', 'OptimWrapper') in ('OptimWrapper',
-                                               'AmpOptimWrapper'):
+    if type_name(wrapper) in ('', 'OptimWrapper', 'AmpOptimWrapper'):
         if amp and device == 'cuda':
             wrapper['type'] = 'AmpOptimWrapper'
             wrapper.setdefault('loss_scale', 'dynamic')

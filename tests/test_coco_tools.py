@@ -305,16 +305,21 @@ def test_amp_as_mmdets_train_tool_gives_it(tiny_coco, tmp_path,
         use_amp(cfg)
         assert (cfg.optim_wrapper.type, cfg.optim_wrapper.loss_scale) == (
             'AmpOptimWrapper', 'dynamic'), given
-    cfg = ConfigDict(optim_wrapper=dict(type='mmengine.AmpOptimWrapper',
-                                        loss_scale=512.0))
+    # bf16 as docs/training.md gives it: the AMP wrapper's own arguments
+    # go with it (OptimWrapper refuses them)
+    amp = dict(type='mmengine.AmpOptimWrapper', loss_scale=512.0,
+               dtype='bfloat16', optimizer=dict(type='SGD', lr=0.1))
+    cfg = ConfigDict(optim_wrapper=amp)
     use_amp(cfg)
-    assert cfg.optim_wrapper == dict(type='mmengine.AmpOptimWrapper',
-                                     loss_scale=512.0)
+    assert cfg.optim_wrapper == amp
     assert 'already enabled' in capsys.readouterr().out
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     adapt_to_machine(cfg)
-    assert cfg.optim_wrapper == dict(type='OptimWrapper')
+    assert cfg.optim_wrapper == dict(type='OptimWrapper',
+                                     optimizer=amp['optimizer'])
     assert capsys.readouterr().out.startswith('No GPU: fp32 training')
+    from mmengine.optim import build_optim_wrapper
+    build_optim_wrapper(torch.nn.Linear(2, 2), cfg.optim_wrapper)
 
     work = tmp_path / 'work'
     proc = run_tool_here('tools/train.py', _config(tmp_path, tiny_coco),

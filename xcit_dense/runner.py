@@ -1,13 +1,23 @@
 """Building mmengine's Runner for a config, fitted to the machine: a GPU
 recipe on a machine without one (fp32, BatchNorm, gloo), the hooks and
 checkpoint backend every run needs, the CPU process group."""
+import inspect
+
 import torch
 from mmengine.config import ConfigDict
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
 
 from .errors import UserError
 from .toolkits import type_name
 
 REQUIRED_HOOKS = ('CheckpointImportHook', 'PreemptionHook')
+
+#: what mmengine's AmpOptimWrapper takes and its OptimWrapper does not
+#: (``loss_scale``, ``dtype``, ``use_fsdp``)
+AMP_ONLY_ARGUMENTS = tuple(sorted(
+    name for name, p in inspect.signature(AmpOptimWrapper).parameters.items()
+    if p.kind is not p.VAR_KEYWORD and
+    name not in inspect.signature(OptimWrapper).parameters))
 
 def add_required_hooks(cfg, **arguments: dict) -> None:
     """Make sure the runner converts published checkpoints and checks every
@@ -57,7 +67,8 @@ def adapt_to_machine(cfg) -> None:
     wrapper = cfg.get('optim_wrapper') or {}
     if type_name(wrapper) == 'AmpOptimWrapper':
         wrapper['type'] = 'OptimWrapper'
-        wrapper.pop('loss_scale', None)
+        for name in AMP_ONLY_ARGUMENTS:  # OptimWrapper refuses them
+            wrapper.pop(name, None)
         notes.append("fp32 training (mmengine's AmpOptimWrapper needs a GPU)")
     if cfg.get('sync_bn') or replace_syncbn(cfg.get('model')):
         cfg.sync_bn = None

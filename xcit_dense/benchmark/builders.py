@@ -84,8 +84,10 @@ def optim_wrapper_config(optim_wrapper, amp: bool, device: str) -> dict:
             wrapper['type'] = 'AmpOptimWrapper'
             wrapper.setdefault('loss_scale', 'dynamic')
         else:
+            from ..runner import AMP_ONLY_ARGUMENTS
             wrapper['type'] = 'OptimWrapper'
-            wrapper.pop('loss_scale', None)
+            for name in AMP_ONLY_ARGUMENTS:
+                wrapper.pop(name, None)
     return wrapper
 
 

@@ -53,11 +53,11 @@ def use_amp(cfg) -> None:
         wrapper.loss_scale = 'dynamic'
     else:
         raise UserError(
-            f'--amp turns mmengine\'s OptimWrapper into its '
-            f'AmpOptimWrapper, and this config\'s optimizer wrapper is '
+            '--amp turns mmengine\'s OptimWrapper into its '
+            'AmpOptimWrapper, and this config\'s optimizer wrapper is '
             f'{wrapper.type!r}: drop --amp, or give the config a wrapper '
-            f'that trains in mixed precision itself (AmpOptimWrapper or a '
-            f'subclass of it).')
+            'that trains in mixed precision itself (AmpOptimWrapper or a '
+            'subclass of it).')
 
 def adapt_to_machine(cfg) -> None:
     """Fit a GPU recipe to a machine without one, saying what changed."""

@@ -546,9 +546,9 @@ def test_gpu_policy_probe_runs(tmp_path, monkeypatch, inference_replays,
     out = tmp_path / 'probe.json'
     monkeypatch.setattr(sys, 'argv', [
         'policy_probe.py', '--out', str(out), '--device', 'cpu', '--arch',
-        'nano_12_p16', '--size', '32x48', '--warmup', '0', '--repeat', '2',
-        '--rounds', '1', '--parts', 'xca', '--scenarios', '1', '2',
-        '--graphs'])
+        'nano_12_p16', '--depth', '4', '--size', '32x48', '--warmup', '0',
+        '--repeat', '2', '--rounds', '1', '--parts', 'xca', '--scenarios',
+        '1', '2', '--graphs'])
     runpy.run_path(probe, run_name='__main__')
     rows = json.loads(out.read_text())
     eager = [(r['mode'], r['config']) for r in rows if not r['graphed']]
@@ -568,6 +568,10 @@ def test_gpu_policy_probe_runs(tmp_path, monkeypatch, inference_replays,
     assert len(training_replays) == 4 * len(configs)
 
     ns = runpy.run_path(probe)
+    # --depth: the preset's first blocks, its last four tapped
+    from types import SimpleNamespace
+    quick = ns['backbone'](SimpleNamespace(arch='nano_12_p16', depth=5))
+    assert (len(quick.blocks), list(quick.out_indices)) == (5, [1, 2, 3, 4])
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
     attention = xca.XCA(64, num_heads=8)
     tokens = torch.randn(1, 6, 64)

@@ -149,7 +149,7 @@ def eager_rows(args, scenarios, emit):
     configs += [(f'all-{n}', every - {n}) for n in names]
     configs += [(f'ref+{n}', {n}) for n in names]
     torch.manual_seed(0)
-    model = XCiT(arch=args.arch).to(args.device)
+    model = backbone(args).to(args.device)
     for mode, amp, batch, (h, w) in scenarios:
         model.train(mode == 'train')
         x = torch.randn(batch, 3, h, w, device=args.device)
@@ -203,7 +203,7 @@ def graphed_rows(args, scenarios, emit):
     for mode, amp, batch, (h, w) in scenarios:
         for label, on, context in graphed_configs(args.parts):
             torch.manual_seed(0)
-            model = XCiT(arch=args.arch, cuda_graphs=(
+            model = backbone(args, cuda_graphs=(
                 'train' if mode == 'train' else True)).to(args.device)
             model.train(mode == 'train')
             set_parts(model, on)
@@ -229,6 +229,15 @@ def graphed_rows(args, scenarios, emit):
                 torch.cuda.empty_cache()
 
 
+def backbone(args, **kwargs) -> XCiT:
+    """``--arch``, with its first ``--depth`` blocks where given (its four
+    last blocks tapped: a quick check)."""
+    if args.depth:
+        kwargs.update(depth=args.depth,
+                      out_indices=tuple(range(args.depth))[-4:])
+    return XCiT(arch=args.arch, **kwargs)
+
+
 def compiled_rows(args, scenarios, emit, t0):
     """The backbone's own compile_cfg (dynamic shapes), fast paths on, off,
     and XCA's off; the most important scenarios first."""
@@ -242,7 +251,7 @@ def compiled_rows(args, scenarios, emit, t0):
                 continue
             torch._dynamo.reset()
             torch.manual_seed(0)
-            m = XCiT(arch=args.arch, compile_cfg=cfg).to(args.device)
+            m = backbone(args, compile_cfg=cfg).to(args.device)
             m.train(mode == 'train')
             set_parts(m, on)
             x = torch.randn(batch, 3, h, w, device=args.device)
@@ -262,6 +271,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument('--out', required=True)
     p.add_argument('--arch', default='small_12_p16')
+    p.add_argument('--depth', type=int, default=None,
+                   help="the preset's first DEPTH blocks (at least 4; "
+                        'default: all of them)')
     p.add_argument('--device', default='cuda')
     p.add_argument('--size', default=None,
                     help='HxW for every scenario (a quick check)')

@@ -59,6 +59,13 @@ def use_amp(cfg) -> None:
             'that trains in mixed precision itself (AmpOptimWrapper or a '
             'subclass of it).')
 
+def without_amp(wrapper) -> None:
+    """Make an optimizer wrapper config mmengine's plain ``OptimWrapper``
+    (fp32), without the arguments only ``AmpOptimWrapper`` takes."""
+    wrapper['type'] = 'OptimWrapper'
+    for name in AMP_ONLY_ARGUMENTS:  # OptimWrapper refuses them
+        wrapper.pop(name, None)
+
 def adapt_to_machine(cfg) -> None:
     """Fit a GPU recipe to a machine without one, saying what changed."""
     if torch.cuda.is_available():
@@ -66,9 +73,7 @@ def adapt_to_machine(cfg) -> None:
     notes = []
     wrapper = cfg.get('optim_wrapper') or {}
     if type_name(wrapper) == 'AmpOptimWrapper':
-        wrapper['type'] = 'OptimWrapper'
-        for name in AMP_ONLY_ARGUMENTS:  # OptimWrapper refuses them
-            wrapper.pop(name, None)
+        without_amp(wrapper)
         notes.append("fp32 training (mmengine's AmpOptimWrapper needs a GPU)")
     if cfg.get('sync_bn') or replace_syncbn(cfg.get('model')):
         cfg.sync_bn = None

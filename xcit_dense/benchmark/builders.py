@@ -84,10 +84,8 @@ def optim_wrapper_config(optim_wrapper, amp: bool, device: str) -> dict:
             wrapper['type'] = 'AmpOptimWrapper'
             wrapper.setdefault('loss_scale', 'dynamic')
         else:
-            from ..runner import AMP_ONLY_ARGUMENTS
-            wrapper['type'] = 'OptimWrapper'
-            for name in AMP_ONLY_ARGUMENTS:
-                wrapper.pop(name, None)
+            from ..runner import without_amp
+            without_amp(wrapper)
     return wrapper
 
 

@@ -909,7 +909,8 @@ def test_graphs_probe_runs(tmp_path):
 def test_iteration_probe_runs(tmp_path):
     """make gpu-report's split of a whole training iteration by part, at
     a tiny size: the backbone's step replayed (one capture), every part of
-    Mask R-CNN and the optimizer's step timed on the CPU and the GPU."""
+    Mask R-CNN (its data preprocessor too) and the optimizer's step timed
+    on the CPU and the GPU."""
     import json
     proc = run_tool('docs/benchmark/gpu/iteration_probe.py', '--out',
                     tmp_path, '--models', 'mask_rcnn_xcit_s12@amp+iter',
@@ -918,8 +919,9 @@ def test_iteration_probe_runs(tmp_path):
     row, = [json.loads(line) for line in
             (tmp_path / 'iteration_probe.jsonl').read_text().splitlines()]
     assert row['training_graphs_captures'] == 1 and row['param_groups'] == 2
-    for part in ('backbone', 'neck', 'rpn_head.loss_and_predict',
-                 'roi_head.loss', 'optim_wrapper.backward',
+    for part in ('data_preprocessor', 'backbone', 'neck',
+                 'rpn_head.loss_and_predict', 'roi_head.loss',
+                 'optim_wrapper.backward',
                  'optim_wrapper.step'):
         assert row[f'cpu_{part}_ms'] > 0 and row[f'gpu_{part}_ms'] > 0
 

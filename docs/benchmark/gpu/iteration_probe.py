@@ -8,7 +8,8 @@ backbone are paced by the CPU's launches. This probe times one benchmark
 row's steps (``tools/benchmark.py`` names: ``mask_rcnn_xcit_s12@amp+iter``,
 ``mask_rcnn_swin_t@amp+iter``, ``upernet_xcit_s12@amp+iter``, ...), built
 as the benchmark builds them, and splits each step at the parts of
-:data:`PARTS` (the backbone's and neck's forward, the heads' losses) and,
+:data:`PARTS` (the data preprocessor, the backbone's and neck's forward,
+the heads' losses) and,
 for a whole iteration (``@iter``), at its optimizer wrapper's backward and
 step (a row without ``@iter`` has its backward in ``between``):
 
@@ -18,8 +19,9 @@ step (a row without ``@iter`` has its backward in ``between``):
 * ``gpu_<phase>_ms`` (CUDA): the GPU's time between the events recorded
   at the phase's start and end (where the GPU waits for the CPU, its span
   is the CPU's);
-* ``between`` phases: whatever runs outside the parts (the data
-  preprocessor, the loss's sum, ``train_step``'s bookkeeping).
+* ``between`` phases: whatever runs outside the parts (the detector's
+  copy of the data samples for its RPN, the loss's sum, ``train_step``'s
+  bookkeeping).
 
 Medians over ``--repeat`` steps after 3 warm-up steps (a CUDA graph of the
 backbone's step is captured on the third). Run::
@@ -68,10 +70,12 @@ class Marks:
 
 
 #: the parts timed: (the model's attribute, the method; ``'forward'``: its
-#: forward, by hooks): the backbone and neck, mmdet's RPN (forward and
-#: loss), its RoI head's loss, mmseg's heads' losses (where the model has
-#: them)
-PARTS = (('backbone', 'forward'), ('neck', 'forward'),
+#: forward, by hooks): the data preprocessor (the batch to the device,
+#: normalised and padded; mmdet's pads the masks too), the backbone and
+#: neck, mmdet's RPN (forward and loss), its RoI head's loss, mmseg's heads'
+#: losses (where the model has them)
+PARTS = (('data_preprocessor', 'forward'), ('backbone', 'forward'),
+         ('neck', 'forward'),
          ('rpn_head', 'loss_and_predict'), ('roi_head', 'loss'),
          ('decode_head', 'loss'), ('auxiliary_head', 'loss'))
 

@@ -770,6 +770,37 @@ def test_mask_rcnn_trains_under_amp(dtype):
     _assert_trains(model, wrapper, data)
 
 
+def test_mmcvs_roi_align_trains_under_bf16_amp_in_fp32():
+    """The recipes' RoI heads use mmcv's RoIAlign (the demo torchvision's),
+    whose CUDA kernel takes no bf16 (mmcv 2.1): under bf16 AMP the first
+    step stops there, and with ``tools/train.py``'s hook for bf16
+    (``Float32PartsHook(types=WITHOUT_BF16_KERNELS)``) it trains."""
+    from types import SimpleNamespace
+
+    from xcit_dense import Float32PartsHook
+    from xcit_dense.precision import WITHOUT_BF16_KERNELS
+    model = _demo_model('mmdet', 'configs/coco/'
+                        'demo_mask_rcnn_xcit_nano_synthetic.py')
+    for extractor in (model.roi_head.bbox_roi_extractor,
+                      model.roi_head.mask_roi_extractor):
+        for layer in extractor.roi_layers:
+            layer.use_torchvision = False
+    wrapper = _amp_wrapper(model, 'bfloat16')
+    h, w = 96, 128
+    data = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
+                        for _ in range(2)],
+                data_samples=[det_sample(h, w, 3) for _ in range(2)])
+    with pytest.raises(NotImplementedError, match='BFloat16'):
+        model.train_step(copy.deepcopy(data), wrapper)
+    wrapper.zero_grad()
+    log = []
+    runner = SimpleNamespace(model=model,
+                             logger=SimpleNamespace(info=log.append))
+    Float32PartsHook(types=WITHOUT_BF16_KERNELS).before_run(runner)
+    assert log == ['8 RoIAlign run in float32 (autocast off inside them)']
+    _assert_trains(model, wrapper, data)
+
+
 @pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
 def test_upernet_trains_under_amp(dtype):
     model = _demo_model('mmseg', 'configs/ade20k/'

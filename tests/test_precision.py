@@ -88,6 +88,64 @@ def test_float32_parts_under_autocast():
         Float32PartsHook(parts='head')
 
 
+def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16_amp():
+    """mmcv's RoIAlign has no bf16 kernel (nor on CUDA: mmcv 2.1.0 dispatches
+    float, double and half), so under bf16 autocast mmdet's RoI extractor
+    stops at it; with the types of ``WITHOUT_BF16_KERNELS`` it runs in fp32
+    (a module without parameters: autocast off on its input's device) and
+    gives what fp32 gives for the bf16 features; bf16 AMP configs get that
+    hook, fp16 ones and those with such a hook of their own do not."""
+    from mmdet.registry import MODELS
+    from mmengine.config import Config
+
+    from xcit_dense.precision import WITHOUT_BF16_KERNELS
+    from xcit_dense.runner import keep_fp32_without_bf16_kernels
+    model = nn.Module()
+    model.roi = MODELS.build(dict(
+        type='SingleRoIExtractor', out_channels=8, featmap_strides=[4, 8],
+        roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=2)))
+    gen = torch.Generator().manual_seed(0)
+    feats = [torch.randn(1, 8, 32, 32, generator=gen).bfloat16(),
+             torch.randn(1, 8, 16, 16, generator=gen).bfloat16()]
+    rois = torch.tensor([[0, 2., 2., 60., 50.], [0, 10., 4., 120., 126.]])
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        with pytest.raises(NotImplementedError, match='BFloat16'):
+            model.roi(feats, rois)
+    log = []
+    runner = SimpleNamespace(model=model,
+                             logger=SimpleNamespace(info=log.append))
+    hook = Float32PartsHook(types=WITHOUT_BF16_KERNELS)
+    hook.before_run(runner)
+    assert log == ['2 RoIAlign run in float32 (autocast off inside them)']
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        out = model.roi(feats, rois)
+    expected = model.roi([f.float() for f in feats], rois)
+    assert out.dtype == torch.bfloat16  # the extractor's own buffer
+    assert torch.equal(out, expected.bfloat16())
+    hook.after_run(runner)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        with pytest.raises(NotImplementedError, match='BFloat16'):
+            model.roi(feats, rois)
+
+    def hooks(wrapper, custom_hooks=None):
+        cfg = Config(dict(optim_wrapper=wrapper, custom_hooks=custom_hooks))
+        keep_fp32_without_bf16_kernels(cfg)
+        return [h for h in cfg.get('custom_hooks') or []
+                if h['type'] == 'xcit_dense.Float32PartsHook']
+    added = dict(type='xcit_dense.Float32PartsHook',
+                 types=list(WITHOUT_BF16_KERNELS))
+    assert hooks(dict(type='AmpOptimWrapper', dtype='bfloat16')) == [added]
+    assert hooks(dict(type='mmengine.AmpOptimWrapper',
+                      dtype=torch.bfloat16)) == [added]
+    assert hooks(dict(type='AmpOptimWrapper')) == []  # fp16
+    assert hooks(dict(type='OptimWrapper', dtype='bfloat16')) == []
+    own = dict(type='xcit_dense.Float32PartsHook', types=['RoIAlign'])
+    assert hooks(dict(type='AmpOptimWrapper', dtype='bfloat16'),
+                 [own]) == [own]
+    with pytest.raises(UserError, match='one of them not empty'):
+        Float32PartsHook()
+
+
 def test_test_tool_with_the_hook(tmp_path, tiny_coco):
     config = tmp_path / 'bf16.py'
     config.write_text(MASK_RCNN + f"""

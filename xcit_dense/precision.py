@@ -19,57 +19,91 @@ from mmengine.hooks import Hook
 from .errors import UserError
 from .registry import HOOKS
 
+#: mmcv's modules whose kernels take fp32, fp64 and fp16 but not bf16 (mmcv
+#: 2.1.0: ``AT_DISPATCH_FLOATING_TYPES_AND_HALF`` in their CUDA sources,
+#: ``roi_align_cuda.cu``, ``ms_deform_attn_cuda.cu``,
+#: ``deform_conv_cuda.cu``, ``modulated_deform_conv_cuda.cu``; their CPU
+#: kernels fp32 and fp64): under bf16 autocast they run in fp32
+#: (:func:`xcit_dense.runner.keep_fp32_without_bf16_kernels`)
+WITHOUT_BF16_KERNELS = ('RoIAlign', 'MultiScaleDeformableAttention',
+                        'DeformConv2d', 'DeformConv2dPack',
+                        'ModulatedDeformConv2d', 'ModulatedDeformConv2dPack')
+
 #: the networks of mmdet's Mask R-CNN family
 DETECTOR_PARTS = ('backbone', 'neck', 'rpn_head', 'roi_head.bbox_head',
                   'roi_head.mask_head')
 
 
-def to_float(value):
+def to_float(value, dtype: torch.dtype = torch.float32):
     """Floating-point tensors in ``value`` (and in its tuples, lists and
-    dicts) as fp32."""
+    dicts) as fp32 (or ``dtype``)."""
     if isinstance(value, torch.Tensor):
-        return value.float() if value.is_floating_point() else value
+        return value.to(dtype) if value.is_floating_point() else value
     if isinstance(value, (list, tuple)):
-        items = [to_float(v) for v in value]
+        items = [to_float(v, dtype) for v in value]
         return type(value)(items) if isinstance(value, list) else \
             tuple(items)
     if isinstance(value, dict):
-        return {k: to_float(v) for k, v in value.items()}
+        return {k: to_float(v, dtype) for k, v in value.items()}
     return value
 
 
-def autocast_part(module: nn.Module, dtype: torch.dtype) -> List:
+def autocast_part(module: nn.Module, dtype: torch.dtype,
+                  in_input_dtype: bool = False) -> List:
     """Run ``module``'s forward under ``torch.autocast`` of its device with
     ``dtype``, its outputs cast to fp32, through forward hooks (its own
     ``forward`` runs as written). ``torch.float32``: autocast off inside
     it, its floating inputs cast to fp32 (under an enclosing autocast they
-    may be fp16 or bf16). Returns the hook handles."""
+    may be fp16 or bf16), and with ``in_input_dtype`` its floating outputs
+    cast back to the dtype of its first floating input (a kernel without
+    bf16 computing in fp32 for its caller, which expects what it gave).
+    Returns the hook handles."""
     full = dtype == torch.float32
 
     def enter(mod, args, kwargs):
-        device = next(mod.parameters(), torch.empty(0)).device.type
+        device = _device_of(mod, args, kwargs)
         context = (torch.autocast(device, enabled=False) if full else
                    torch.autocast(device, dtype=dtype))
-        mod.__dict__.setdefault('_autocast_contexts', []).append(context)
+        given = next((v.dtype for v in (*args, *kwargs.values())
+                      if isinstance(v, torch.Tensor) and
+                      v.is_floating_point()), torch.float32)
+        mod.__dict__.setdefault('_autocast_contexts', []).append(
+            (context, given if in_input_dtype else torch.float32))
         context.__enter__()
         return (to_float(args), to_float(kwargs)) if full else None
 
     def leave(mod, args, output):
-        mod._autocast_contexts.pop().__exit__(None, None, None)
-        return to_float(output)
+        context, out_dtype = mod._autocast_contexts.pop()
+        context.__exit__(None, None, None)
+        return to_float(output, out_dtype)
     return [module.register_forward_pre_hook(enter, with_kwargs=True),
             module.register_forward_hook(leave, always_call=True)]
 
 
+def _device_of(module: nn.Module, args: tuple, kwargs: dict) -> str:
+    """The device type ``module`` computes on: its parameters', else its
+    first tensor input's (mmcv's RoIAlign has no parameters)."""
+    param = next(module.parameters(), None)
+    if param is not None:
+        return param.device.type
+    tensor = next((v for v in (*args, *kwargs.values())
+                   if isinstance(v, torch.Tensor)), None)
+    return 'cpu' if tensor is None else tensor.device.type
+
+
 class PartsHook(Hook):
     """While started, the named ``parts`` of the model (dotted module names,
-    below any wrapper) run in ``dtype`` through :func:`autocast_part`;
-    subclasses say when, and what the log says (:meth:`running`)."""
+    below any wrapper) run in ``dtype`` through :func:`autocast_part`, and
+    its modules of the classes named in ``types`` too, each handing its
+    outputs back in its input's dtype; subclasses say when, and what the
+    log says (:meth:`running`)."""
     priority = 'NORMAL'
 
-    def __init__(self, dtype: torch.dtype, parts: Sequence[str]):
+    def __init__(self, dtype: torch.dtype, parts: Sequence[str],
+                 types: Sequence[str] = ()):
         self.dtype = dtype
         self.parts = tuple(parts)
+        self.types = tuple(types)
         self._handles: List = []
 
     def running(self) -> str:
@@ -88,10 +122,17 @@ class PartsHook(Hook):
                 f'{type(self).__name__}: the model has no '
                 f'{", ".join(missing)}; parts must name its modules (for '
                 f'example {", ".join(DETECTOR_PARTS)}).')
+        typed = {t: [m for m in names.values() if type(m).__name__ == t]
+                 for t in self.types}
         for part in self.parts:
             self._handles += autocast_part(names[part], self.dtype)
-        runner.logger.info(f'{", ".join(self.parts)} run in '
-                           f'{self.running()}')
+        for module in [m for found in typed.values() for m in found]:
+            self._handles += autocast_part(module, self.dtype,
+                                           in_input_dtype=True)
+        what = list(self.parts) + [f'{len(found)} {t}' for t, found in
+                                   typed.items() if found]
+        if what:
+            runner.logger.info(f'{", ".join(what)} run in {self.running()}')
 
     def _stop(self, runner, *args, **kwargs) -> None:
         for handle in self._handles:
@@ -137,26 +178,38 @@ class AutocastPartsHook(PartsHook):
 
 @HOOKS.register_module()
 class Float32PartsHook(PartsHook):
-    """Run ``parts`` of the model (dotted module names) in fp32 under
-    autocast, for the whole run (AMP training, fp16 validation and
-    testing): autocast off inside each part, its floating inputs cast to
-    fp32. Mask2Former's published code runs its pixel decoder so under AMP
-    ("deformable detr does not support half precision"); mmcv's CUDA
-    multi-scale deformable attention otherwise runs in fp16. Without
-    autocast nothing changes. In a config::
+    """Run ``parts`` of the model (dotted module names) and its modules of
+    the classes named in ``types`` in fp32 under autocast, for the whole
+    run (AMP training, fp16 validation and testing): autocast off inside
+    each, its floating inputs cast to fp32. Mask2Former's published code
+    runs its pixel decoder so under AMP ("deformable detr does not support
+    half precision"); mmcv's CUDA multi-scale deformable attention
+    otherwise runs in fp16. Without autocast nothing changes. In a
+    config::
 
         custom_hooks = [dict(type='xcit_dense.Float32PartsHook',
                              parts=['panoptic_head.pixel_decoder'])]
 
     Args:
         parts (sequence of str): the modules to run in fp32.
+        types (sequence of str): class names (without module path) whose
+            every instance in the model runs in fp32 and hands its outputs
+            back in its first input's dtype (for kernels without bf16,
+            whose callers expect what they gave), e.g. mmcv's
+            ``['RoIAlign', 'MultiScaleDeformableAttention']``
+            (:data:`WITHOUT_BF16_KERNELS`); a class the model does not
+            have is passed over.
     """
-    def __init__(self, parts: Sequence[str]):
-        if isinstance(parts, str) or not parts:
+    def __init__(self, parts: Sequence[str] = (),
+                 types: Sequence[str] = ()):
+        if isinstance(parts, str) or isinstance(types, str) or \
+                not (parts or types):
             raise UserError(
                 'Float32PartsHook: parts must be a list of module names '
-                f"(e.g. ['panoptic_head.pixel_decoder']), got {parts!r}.")
-        super().__init__(torch.float32, parts)
+                "(e.g. ['panoptic_head.pixel_decoder']) and types a list of "
+                "module class names (e.g. ['RoIAlign']), one of them not "
+                f'empty; got parts={parts!r}, types={types!r}.')
+        super().__init__(torch.float32, parts, types)
 
     def running(self) -> str:
         return 'float32 (autocast off inside them)'

@@ -91,6 +91,32 @@ def adapt_to_machine(cfg) -> None:
     if notes:
         print(f'No GPU: {"; ".join(notes)}.', flush=True)
 
+def keep_fp32_without_bf16_kernels(cfg) -> None:
+    """Under bf16 AMP (an ``AmpOptimWrapper`` with ``dtype='bfloat16'``,
+    what ``--amp --cfg-options optim_wrapper.dtype=bfloat16`` gives), the
+    model's mmcv modules whose kernels take no bf16
+    (:data:`~xcit_dense.precision.WITHOUT_BF16_KERNELS`: the RoI heads'
+    RoIAlign, Mask2Former's deformable attention) run in fp32, through a
+    :class:`~xcit_dense.precision.Float32PartsHook` of their types (added
+    unless the config has one with types), saying so; under bf16 they stop
+    the first iteration (``"roi_align_forward_cuda_kernel" not implemented
+    for 'BFloat16'``)."""
+    from .precision import WITHOUT_BF16_KERNELS
+    wrapper = cfg.get('optim_wrapper') or {}
+    if type_name(wrapper) != 'AmpOptimWrapper' or \
+            str(wrapper.get('dtype')).split('.')[-1] != 'bfloat16':
+        return
+    hooks = list(cfg.get('custom_hooks') or [])
+    if not any(type_name(h) == 'Float32PartsHook' and h.get('types')
+               for h in hooks):
+        hooks.append(dict(type='xcit_dense.Float32PartsHook',
+                          types=list(WITHOUT_BF16_KERNELS)))
+        cfg.custom_hooks = hooks
+        print("bf16 AMP: mmcv's RoIAlign, deformable attention and "
+              'deformable convolutions, which have no bf16 kernels, run in '
+              'fp32 (xcit_dense.Float32PartsHook).', flush=True)
+
+
 def replace_syncbn(node) -> bool:
     """Turn every ``dict(type='SyncBN')`` below ``node`` into BatchNorm."""
     found = False
@@ -117,6 +143,7 @@ def maybe_init_cpu_distributed(cfg) -> None:
 def build_runner(cfg):
     """mmengine's Runner for ``cfg``, fitted to this machine first."""
     adapt_to_machine(cfg)
+    keep_fp32_without_bf16_kernels(cfg)
     add_required_hooks(cfg)
     maybe_init_cpu_distributed(cfg)
     from mmengine.registry import RUNNERS

@@ -127,6 +127,28 @@ def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16_amp():
         with pytest.raises(NotImplementedError, match='BFloat16'):
             model.roi(feats, rois)
 
+    # inference with the networks in bf16: a part whose convolution hands
+    # RoIAlign bf16 maps
+    class Part(nn.Module):
+        def __init__(self, extractor):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8, 1)
+            self.roi = extractor
+
+        def forward(self, feats, rois):
+            return self.roi([self.conv(f) for f in feats], rois)
+    model.part = Part(model.roi)
+    floats = [f.float() for f in feats]
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        with pytest.raises(NotImplementedError, match='BFloat16'):
+            model.part(floats, rois)
+    log.clear()
+    hook = AutocastPartsHook(parts=['part'])
+    hook.before_test(runner)
+    assert log[1] == '2 RoIAlign run in float32 (autocast off inside them)'
+    assert model.part(floats, rois).dtype == torch.float32
+    hook.after_test(runner)
+
     def hooks(wrapper, custom_hooks=None):
         cfg = Config(dict(optim_wrapper=wrapper, custom_hooks=custom_hooks))
         keep_fp32_without_bf16_kernels(cfg)

@@ -94,9 +94,10 @@ def _device_of(module: nn.Module, args: tuple, kwargs: dict) -> str:
 class PartsHook(Hook):
     """While started, the named ``parts`` of the model (dotted module names,
     below any wrapper) run in ``dtype`` through :func:`autocast_part`, and
-    its modules of the classes named in ``types`` too, each handing its
-    outputs back in its input's dtype; subclasses say when, and what the
-    log says (:meth:`running`)."""
+    its modules of the classes named in ``types`` in fp32, each handing its
+    outputs back in its input's dtype (kernels without the low precision,
+    :data:`WITHOUT_BF16_KERNELS`); subclasses say when, and what the log
+    says (:meth:`running`)."""
     priority = 'NORMAL'
 
     def __init__(self, dtype: torch.dtype, parts: Sequence[str],
@@ -127,12 +128,15 @@ class PartsHook(Hook):
         for part in self.parts:
             self._handles += autocast_part(names[part], self.dtype)
         for module in [m for found in typed.values() for m in found]:
-            self._handles += autocast_part(module, self.dtype,
+            self._handles += autocast_part(module, torch.float32,
                                            in_input_dtype=True)
-        what = list(self.parts) + [f'{len(found)} {t}' for t, found in
-                                   typed.items() if found]
-        if what:
-            runner.logger.info(f'{", ".join(what)} run in {self.running()}')
+        if self.parts:
+            runner.logger.info(f'{", ".join(self.parts)} run in '
+                               f'{self.running()}')
+        counts = [f'{len(found)} {t}' for t, found in typed.items() if found]
+        if counts:
+            runner.logger.info(f'{", ".join(counts)} run in float32 '
+                               '(autocast off inside them)')
 
     def _stop(self, runner, *args, **kwargs) -> None:
         for handle in self._handles:
@@ -149,6 +153,10 @@ class AutocastPartsHook(PartsHook):
         custom_hooks = [dict(type='xcit_dense.AutocastPartsHook',
                              dtype='bfloat16')]
 
+    In bf16, mmcv's modules without bf16 kernels
+    (:data:`WITHOUT_BF16_KERNELS`: deformable attention and convolutions,
+    RoIAlign) run in fp32 and hand back what they were given.
+
     Args:
         dtype (str): ``'bfloat16'`` (CPUs with AVX-512 BF16 or AMX, GPUs)
             or ``'float16'`` (GPUs).
@@ -160,7 +168,8 @@ class AutocastPartsHook(PartsHook):
         if dtype not in ('bfloat16', 'float16'):
             raise UserError(f"AutocastPartsHook's dtype must be 'bfloat16' "
                             f"or 'float16', got {dtype!r}.")
-        super().__init__(getattr(torch, dtype), parts)
+        super().__init__(getattr(torch, dtype), parts,
+                         WITHOUT_BF16_KERNELS if dtype == 'bfloat16' else ())
 
     def running(self) -> str:
         return (f'{str(self.dtype)[6:]} (torch.autocast), their outputs and '

@@ -37,6 +37,7 @@ def _datasets(cfg) -> Iterator[Tuple[str, dict]]:
             else:
                 yield split, ds
 
+
 def check_datasets(cfg, splits) -> None:
     """Every annotation file and image / label directory must exist."""
     for split, ds in _datasets(cfg):
@@ -65,6 +66,7 @@ def check_datasets(cfg, splits) -> None:
                 raise UserError(f'The {key} directory of {where} does not '
                                 f'exist: {path}. {hint}')
 
+
 def check_evaluators(cfg, splits) -> None:
     """Annotation files the evaluators read (mmdet's CocoMetric) must
     exist."""
@@ -79,6 +81,7 @@ def check_evaluators(cfg, splits) -> None:
                     f'({evaluator.get("type")}) does not exist: {ann}. Point '
                     f'the config at it, e.g. --cfg-options {split}_evaluator.'
                     'ann_file=/path/to/annotations.json')
+
 
 def check_backbone(cfg) -> Optional[nn.Module]:
     """Validate an XCiT backbone config before anything is built: the
@@ -282,6 +285,7 @@ def check_pretrained(cfg, backbone: Optional[nn.Module]) -> None:
                 f'The {what} {entry["checkpoint"]} cannot initialise the '
                 f'backbone (model.backbone.init_cfg): {e}')
 
+
 def read_checked(path: str, what: str) -> Tuple[str, Mapping]:
     """The local path of the checkpoint at ``path`` (a file or an http(s)
     URL, downloaded once into torch's hub cache) and its contents; a missing
@@ -297,10 +301,12 @@ def read_checked(path: str, what: str) -> Tuple[str, Mapping]:
     except CheckpointError as e:
         raise UserError(f'The {what} cannot be used: {e}')
 
+
 def check_checkpoint(path: str, what: str) -> str:
     """Check the checkpoint at ``path`` (see :func:`read_checked`) and
     return its local path."""
     return read_checked(path, what)[0]
+
 
 def check_inputs(cfg, training: bool) -> None:
     """Fail early, before a work dir is written, on missing or bad inputs.

@@ -19,6 +19,7 @@ AMP_ONLY_ARGUMENTS = tuple(sorted(
     if p.kind is not p.VAR_KEYWORD and
     name not in inspect.signature(OptimWrapper).parameters))
 
+
 def add_required_hooks(cfg, **arguments: dict) -> None:
     """Make sure the runner converts published checkpoints and checks every
     loaded one strictly, saves a checkpoint on SIGTERM / SIGINT / SIGUSR1
@@ -40,6 +41,7 @@ def add_required_hooks(cfg, **arguments: dict) -> None:
     if checkpoint is not None and not checkpoint.get('backend_args'):
         checkpoint['backend_args'] = dict(backend='atomic_local')
 
+
 def use_amp(cfg) -> None:
     """``--amp``, as mmdet's and mmseg's ``tools/train.py`` give it: the
     config's ``OptimWrapper`` becomes mmengine's ``AmpOptimWrapper`` with
@@ -59,12 +61,14 @@ def use_amp(cfg) -> None:
             'that trains in mixed precision itself (AmpOptimWrapper or a '
             'subclass of it).')
 
+
 def without_amp(wrapper) -> None:
     """Make an optimizer wrapper config mmengine's plain ``OptimWrapper``
     (fp32), without the arguments only ``AmpOptimWrapper`` takes."""
     wrapper['type'] = 'OptimWrapper'
     for name in AMP_ONLY_ARGUMENTS:  # OptimWrapper refuses them
         wrapper.pop(name, None)
+
 
 def adapt_to_machine(cfg) -> None:
     """Fit a GPU recipe to a machine without one, saying what changed."""
@@ -90,6 +94,7 @@ def adapt_to_machine(cfg) -> None:
         notes.append('multi-process training over gloo')
     if notes:
         print(f'No GPU: {"; ".join(notes)}.', flush=True)
+
 
 def keep_fp32_without_bf16_kernels(cfg) -> None:
     """Under bf16 AMP (an ``AmpOptimWrapper`` with ``dtype='bfloat16'``,
@@ -131,6 +136,7 @@ def replace_syncbn(node) -> bool:
             found |= replace_syncbn(value)
     return found
 
+
 def maybe_init_cpu_distributed(cfg) -> None:
     """Start the gloo process group for CPU-only multi-process runs (mmengine
     would call torch.cuda.set_device, which needs a GPU)."""
@@ -139,6 +145,7 @@ def maybe_init_cpu_distributed(cfg) -> None:
     import torch.distributed as dist
     if not dist.is_initialized():
         dist.init_process_group(backend='gloo')
+
 
 def build_runner(cfg):
     """mmengine's Runner for ``cfg``, fitted to this machine first."""
@@ -150,6 +157,7 @@ def build_runner(cfg):
     from mmengine.runner import Runner
     return Runner.from_cfg(cfg) if 'runner_type' not in cfg else \
         RUNNERS.build(cfg)
+
 
 def finish_distributed() -> None:
     """Leave the process group cleanly (gloo may abort at interpreter exit

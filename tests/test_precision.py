@@ -88,7 +88,7 @@ def test_float32_parts_under_autocast():
         Float32PartsHook(parts='head')
 
 
-def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16_amp():
+def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16_amp(capsys):
     """mmcv's RoIAlign has no bf16 kernel (nor on CUDA: mmcv 2.1.0 dispatches
     float, double and half), so under bf16 autocast mmdet's RoI extractor
     stops at it; with the types of ``WITHOUT_BF16_KERNELS`` it runs in fp32
@@ -156,10 +156,16 @@ def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16_amp():
                 if h['type'] == 'xcit_dense.Float32PartsHook']
     added = dict(type='xcit_dense.Float32PartsHook',
                  types=list(WITHOUT_BF16_KERNELS))
+    capsys.readouterr()
     assert hooks(dict(type='AmpOptimWrapper', dtype='bfloat16')) == [added]
+    assert capsys.readouterr().out.startswith(
+        "bf16 AMP: mmcv's RoIAlign, deformable attention and deformable "
+        'convolutions, which have no bf16 kernels, run in fp32')
     assert hooks(dict(type='mmengine.AmpOptimWrapper',
                       dtype=torch.bfloat16)) == [added]
+    capsys.readouterr()
     assert hooks(dict(type='AmpOptimWrapper')) == []  # fp16
+    assert capsys.readouterr().out == ''
     assert hooks(dict(type='OptimWrapper', dtype='bfloat16')) == []
     own = dict(type='xcit_dense.Float32PartsHook', types=['RoIAlign'])
     assert hooks(dict(type='AmpOptimWrapper', dtype='bfloat16'),

@@ -89,8 +89,9 @@ test: install
 #             fast_path=False eager baselines; then whole iterations
 #             (@iter: mmengine's train_step, the recipe's AmpOptimWrapper
 #             and its optimizer step included, as a user's log times them),
-#             and those iterations split by part, CPU and GPU time
-#             (iteration_probe.jsonl, ade20k/iteration_probe.jsonl)
+#             and those iterations split by part, CPU and GPU time, one
+#             more step of each under PyTorch's profiler
+#             (iteration_probe.jsonl, *_profile.txt, and under ade20k/)
 #   compiled  the backbone compiled (Inductor, static shapes), whose
 #             compilations take longest: its inference and training rows
 #             (backbone_compiled/), then the probe's compiled rows
@@ -198,9 +199,10 @@ gpu-report-heads:
 	    upernet_xcit_s12@amp upernet_xcit_s12@reference+amp+iter \
 	    upernet_xcit_s12@amp+iter --batch 2 --modes train
 	$(PY) docs/benchmark/gpu/iteration_probe.py --out $(GPU_REPORT) \
-	    --models mask_rcnn_xcit_s12@amp+iter mask_rcnn_swin_t@amp+iter
+	    --models mask_rcnn_xcit_s12@amp+iter mask_rcnn_swin_t@amp+iter \
+	    --profile
 	$(PY) docs/benchmark/gpu/iteration_probe.py --out $(GPU_REPORT)/ade20k \
-	    --models upernet_xcit_s12@amp+iter --size 512x512
+	    --models upernet_xcit_s12@amp+iter --size 512x512 --profile
 
 gpu-report-compiled:
 	$(GPU_BENCH) --out-dir $(GPU_REPORT)/backbone_compiled --sizes 800x1344 \

@@ -941,11 +941,11 @@ def test_iteration_probe_runs(tmp_path):
     """make gpu-report's split of a whole training iteration by part, at
     a tiny size: the backbone's step replayed (one capture), every part of
     Mask R-CNN (its data preprocessor too) and the optimizer's step timed
-    on the CPU and the GPU."""
+    on the CPU and the GPU, and one more step under PyTorch's profiler."""
     import json
     proc = run_tool('docs/benchmark/gpu/iteration_probe.py', '--out',
                     tmp_path, '--models', 'mask_rcnn_xcit_s12@amp+iter',
-                    '--size', '64x96', '--repeat', '3')
+                    '--size', '64x96', '--repeat', '3', '--profile')
     assert proc.returncode == 0, proc.stderr[-3000:]
     row, = [json.loads(line) for line in
             (tmp_path / 'iteration_probe.jsonl').read_text().splitlines()]
@@ -955,6 +955,11 @@ def test_iteration_probe_runs(tmp_path):
                  'optim_wrapper.backward',
                  'optim_wrapper.step'):
         assert row[f'cpu_{part}_ms'] > 0 and row[f'gpu_{part}_ms'] > 0
+    # one more step under the profiler, the parts as its ranges
+    profile = (tmp_path / 'mask_rcnn_xcit_s12_amp_iter_profile.txt'
+               ).read_text()
+    assert '# self CPU time' in profile and '# self GPU time' in profile
+    assert 'optim_wrapper.backward' in profile
 
 
 def test_host_time_runs_on_cuda(tmp_path):

@@ -31,7 +31,10 @@ backbone's step is captured on the third). Run::
         [--size 800x1344] [--device cuda]
 
 Writes one JSON line per model to ``DIR/iteration_probe.jsonl`` as it goes.
-Each model is measured in this process, one after the other.
+Each model is measured in this process, one after the other. With
+``--profile``, one more step of each under PyTorch's profiler, its parts as
+ranges: ``DIR/<model>_profile.txt``, the operators (and the parts) by self
+CPU time and, on CUDA, by self GPU time.
 """
 import argparse
 import functools
@@ -55,11 +58,15 @@ WARMUP = 3
 
 
 class Marks:
-    """The CPU's clock and (on CUDA) an event at each mark of a step."""
+    """The CPU's clock and (on CUDA) an event at each mark of a step; while
+    ``ranges`` is on, each part also a range of PyTorch's profiler, named
+    as its phase."""
 
     def __init__(self, device: str) -> None:
         self.device = device
         self.marks = []
+        self.ranges = False
+        self._open = []
 
     def __call__(self, name: str) -> None:
         event = None
@@ -67,6 +74,11 @@ class Marks:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
         self.marks.append((name, time.perf_counter(), event))
+        if self.ranges and name.endswith('>'):
+            self._open.append(torch.profiler.record_function(name[:-1]))
+            self._open[-1].__enter__()
+        elif self.ranges and name.endswith('<'):
+            self._open.pop().__exit__(None, None, None)
 
 
 #: the parts timed: (the model's attribute, the method; ``'forward'``: its
@@ -127,7 +139,40 @@ def phases(marks) -> dict:
     return cpu, gpu
 
 
-def probe(name: str, size, batch: int, device: str, repeat: int) -> dict:
+#: rows of each table of ``--profile``
+PROFILE_ROWS = 30
+
+
+def profiled(step, marks: Marks, device: str, path: str) -> None:
+    """One more step under PyTorch's profiler, the parts as ranges of their
+    own; writes to ``path`` its operators by self CPU time (the host's
+    work, which paces a step whose GPU waits for it) and, on CUDA, by self
+    GPU time, :data:`PROFILE_ROWS` rows each."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU]
+    if device == 'cuda':
+        activities.append(ProfilerActivity.CUDA)
+    synchronize(device)
+    marks.ranges = True
+    try:
+        with profile(activities=activities) as prof:
+            step()
+            synchronize(device)
+    finally:
+        marks.ranges = False
+    averages = prof.key_averages()
+    orders = [('self CPU time', 'self_cpu_time_total')]
+    if device == 'cuda':
+        orders.append(('self GPU time', 'self_device_time_total'))
+    with open(path, 'w') as f:
+        for title, key in orders:
+            f.write(f'# {title}\n')
+            f.write(averages.table(sort_by=key, row_limit=PROFILE_ROWS))
+            f.write('\n\n')
+
+
+def probe(name: str, size, batch: int, device: str, repeat: int,
+          profile_to: str = None) -> dict:
     base, variants = parse_model(name)
     args = argparse.Namespace(model=name, size=size, batch=batch,
                               mode='train', device=device, threads=None,
@@ -151,6 +196,8 @@ def probe(name: str, size, batch: int, device: str, repeat: int) -> dict:
         for into, got in zip((cpu, gpu), phases(marks.marks)):
             for phase, ms in got.items():
                 into.setdefault(phase, []).append(ms)
+    if profile_to is not None:
+        profiled(step, marks, device, profile_to)
     row = dict(model=name, size=f'{size[0]}x{size[1]}', batch=batch,
                device=device, wall_ms=statistics.median(wall))
     for prefix, table in (('cpu', cpu), ('gpu', gpu)):
@@ -175,6 +222,9 @@ def main():
     parser.add_argument('--batch', type=int, default=2)
     parser.add_argument('--device', default='cuda')
     parser.add_argument('--repeat', type=int, default=10)
+    parser.add_argument('--profile', action='store_true',
+                        help='also one step under PyTorch\'s profiler per '
+                        'model: DIR/<model>_profile.txt')
     args = parser.parse_args()
     size = tuple(map(int, args.size.split('x')))
     for name in args.models:  # bad names before anything is built
@@ -186,7 +236,10 @@ def main():
     results = osp.join(args.out, 'iteration_probe.jsonl')
     open(results, 'w').close()
     for name in args.models:
-        row = probe(name, size, args.batch, args.device, args.repeat)
+        profile_to = osp.join(args.out, name.replace('@', '_').replace(
+            '+', '_') + '_profile.txt') if args.profile else None
+        row = probe(name, size, args.batch, args.device, args.repeat,
+                    profile_to)
         print(json.dumps(row), flush=True)
         with open(results, 'a') as f:
             f.write(json.dumps(row) + '\n')

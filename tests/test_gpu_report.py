@@ -328,7 +328,8 @@ def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
     under autocast against fp32's, by part) on a small COCO Mask2Former
     demo under bf16 autocast: fp32 again is fp32's gradients exactly,
     autocast's differ by its rounding and are finite, and running the pixel
-    decoder in fp32 changes what autocast computes."""
+    decoder, or its deformable attention alone, in fp32 changes what
+    autocast computes."""
     proc = run_tool_here(
         'docs/benchmark/gpu/amp_gradients.py', '--out', tmp_path,
         '--device', 'cpu', '--dtype', 'bfloat16', '--batches', '1',
@@ -344,7 +345,8 @@ def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
     rows = {row['variant']: row for row in map(json.loads, (
         tmp_path / 'amp_gradients.jsonl').read_text().splitlines())}
     fp32_decoder = 'autocast, fp32 panoptic_head.pixel_decoder'
-    assert list(rows) == ['rerun', 'autocast', fp32_decoder]
+    fp32_attention = 'autocast, fp32 MultiScaleDeformableAttention'
+    assert list(rows) == ['rerun', 'autocast', fp32_decoder, fp32_attention]
     rerun = rows['rerun']
     assert {'backbone.blocks', 'panoptic_head.pixel_decoder',
             'panoptic_head.transformer_decoder', 'all'} <= set(rerun['parts'])
@@ -353,7 +355,7 @@ def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
     # the matcher's assignments recorded: a rerun assigns all as fp32
     assert rerun['loss'] == rerun['fp32_loss']
     assert rerun['assigned_as_fp32'] == 1.0
-    for variant in ('autocast', fp32_decoder):
+    for variant in ('autocast', fp32_decoder, fp32_attention):
         row = rows[variant]
         assert 0 < row['parts']['all']['relative'] < 0.2
         assert all(part['finite'] for part in row['parts'].values())
@@ -361,4 +363,5 @@ def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
         assert 0 <= row['assigned_as_fp32'] <= 1
     decoder = 'panoptic_head.pixel_decoder'
     assert (rows[fp32_decoder]['parts'][decoder]
-            != rows['autocast']['parts'][decoder])
+            != rows['autocast']['parts'][decoder]
+            != rows[fp32_attention]['parts'][decoder])

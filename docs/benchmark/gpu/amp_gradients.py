@@ -25,7 +25,12 @@ config says, or ``--checkpoint``), the gradients of the summed losses:
 * ``autocast, fp32 PART``: the same with each of ``--fp32-parts`` run in
   fp32 (autocast off inside it, its floating inputs cast to fp32, as
   ``xcit_dense.Float32PartsHook`` runs it), as the published Mask2Former
-  runs its pixel decoder.
+  runs its pixel decoder;
+* ``autocast, fp32 TYPE``: the same with every module of each class of
+  ``--fp32-types`` in fp32, its outputs handed back in its input's dtype
+  (``Float32PartsHook(types=...)``; default mmcv's
+  ``MultiScaleDeformableAttention``: the deformable attention alone, not
+  the pixel decoder's other layers).
 
 Each row: a variant's summed loss beside fp32's, the fraction of
 predictions its matchers (each module's ``assigner``) assigned as in fp32,
@@ -160,6 +165,8 @@ def main():
     parser.add_argument('--loss-scale', type=float, default=2048.0)
     parser.add_argument('--fp32-parts', nargs='*',
                         default=['panoptic_head.pixel_decoder'])
+    parser.add_argument('--fp32-types', nargs='*',
+                        default=['MultiScaleDeformableAttention'])
     parser.add_argument('--depth', type=int, default=2)
     parser.add_argument('--device', default='cuda')
     add_cfg_options(parser)
@@ -213,11 +220,16 @@ def probe(args, results):
                 'rerun': step(model, data, batch),
                 'autocast': step(model, data, batch, dtype,
                                  args.loss_scale)}
-            for part in args.fp32_parts:
-                handles = autocast_part(model.get_submodule(part),
-                                        torch.float32)
+            in_fp32 = [(part, [model.get_submodule(part)], False)
+                       for part in args.fp32_parts] + [
+                (name, [m for m in model.modules()
+                        if type(m).__name__ == name], True)
+                for name in args.fp32_types]
+            for label, modules, in_input_dtype in in_fp32:
+                handles = [h for module in modules for h in autocast_part(
+                    module, torch.float32, in_input_dtype=in_input_dtype)]
                 try:
-                    variants[f'autocast, fp32 {part}'] = step(
+                    variants[f'autocast, fp32 {label}'] = step(
                         model, data, batch, dtype, args.loss_scale)
                 finally:
                     for handle in handles:

@@ -88,18 +88,16 @@ def test_float32_parts_under_autocast():
         Float32PartsHook(parts='head')
 
 
-def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16_amp(capsys):
+def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16():
     """mmcv's RoIAlign has no bf16 kernel (nor on CUDA: mmcv 2.1.0 dispatches
     float, double and half), so under bf16 autocast mmdet's RoI extractor
     stops at it; with the types of ``WITHOUT_BF16_KERNELS`` it runs in fp32
-    (a module without parameters: autocast off on its input's device) and
-    gives what fp32 gives for the bf16 features; bf16 AMP configs get that
-    hook, fp16 ones and those with such a hook of their own do not."""
+    and gives what fp32 gives for the bf16 features, in training
+    (Float32PartsHook) and in inference with parts in bf16
+    (AutocastPartsHook)."""
     from mmdet.registry import MODELS
-    from mmengine.config import Config
 
     from xcit_dense.precision import WITHOUT_BF16_KERNELS
-    from xcit_dense.runner import keep_fp32_without_bf16_kernels
     model = nn.Module()
     model.roi = MODELS.build(dict(
         type='SingleRoIExtractor', out_channels=8, featmap_strides=[4, 8],
@@ -148,6 +146,16 @@ def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16_amp(capsys):
     assert log[1] == '2 RoIAlign run in float32 (autocast off inside them)'
     assert model.part(floats, rois).dtype == torch.float32
     hook.after_test(runner)
+
+
+def test_bf16_amp_configs_get_the_hook(capsys):
+    """``tools/train.py`` with a bf16 ``AmpOptimWrapper`` adds
+    ``Float32PartsHook(types=WITHOUT_BF16_KERNELS)`` and says so; fp16 and
+    fp32 configs, and those with such a hook of their own, are left."""
+    from mmengine.config import Config
+
+    from xcit_dense.precision import WITHOUT_BF16_KERNELS
+    from xcit_dense.runner import keep_fp32_without_bf16_kernels
 
     def hooks(wrapper, custom_hooks=None):
         cfg = Config(dict(optim_wrapper=wrapper, custom_hooks=custom_hooks))

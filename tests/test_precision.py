@@ -95,13 +95,13 @@ def test_what_has_no_bf16_kernel_runs_in_fp32_under_bf16():
     and gives what fp32 gives for the bf16 features, in training
     (Float32PartsHook) and in inference with parts in bf16
     (AutocastPartsHook)."""
-    from mmdet.registry import MODELS
+    from mmdet.models.roi_heads.roi_extractors import SingleRoIExtractor
 
     from xcit_dense.precision import WITHOUT_BF16_KERNELS
     model = nn.Module()
-    model.roi = MODELS.build(dict(
-        type='SingleRoIExtractor', out_channels=8, featmap_strides=[4, 8],
-        roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=2)))
+    model.roi = SingleRoIExtractor(
+        out_channels=8, featmap_strides=[4, 8],
+        roi_layer=dict(type='RoIAlign', output_size=7, sampling_ratio=2))
     gen = torch.Generator().manual_seed(0)
     feats = [torch.randn(1, 8, 32, 32, generator=gen).bfloat16(),
              torch.randn(1, 8, 16, 16, generator=gen).bfloat16()]

@@ -64,11 +64,13 @@ def autocast_part(module: nn.Module, dtype: torch.dtype,
         device = _device_of(mod, args, kwargs)
         context = (torch.autocast(device, enabled=False) if full else
                    torch.autocast(device, dtype=dtype))
-        given = next((v.dtype for v in (*args, *kwargs.values())
-                      if isinstance(v, torch.Tensor) and
-                      v.is_floating_point()), torch.float32)
+        out_dtype = torch.float32
+        if in_input_dtype:  # the first floating input's
+            out_dtype = next((v.dtype for v in (*args, *kwargs.values())
+                              if isinstance(v, torch.Tensor) and
+                              v.is_floating_point()), out_dtype)
         mod.__dict__.setdefault('_autocast_contexts', []).append(
-            (context, given if in_input_dtype else torch.float32))
+            (context, out_dtype))
         context.__enter__()
         return (to_float(args), to_float(kwargs)) if full else None
 
@@ -78,6 +80,12 @@ def autocast_part(module: nn.Module, dtype: torch.dtype,
         return to_float(output, out_dtype)
     return [module.register_forward_pre_hook(enter, with_kwargs=True),
             module.register_forward_hook(leave, always_call=True)]
+
+
+def instances(model: nn.Module, class_name: str) -> List[nn.Module]:
+    """The modules of ``model`` whose class is named ``class_name`` (without
+    its module path: ``'RoIAlign'``)."""
+    return [m for m in model.modules() if type(m).__name__ == class_name]
 
 
 def _device_of(module: nn.Module, args: tuple, kwargs: dict) -> str:
@@ -123,8 +131,7 @@ class PartsHook(Hook):
                 f'{type(self).__name__}: the model has no '
                 f'{", ".join(missing)}; parts must name its modules (for '
                 f'example {", ".join(DETECTOR_PARTS)}).')
-        typed = {t: [m for m in names.values() if type(m).__name__ == t]
-                 for t in self.types}
+        typed = {t: instances(model, t) for t in self.types}
         for part in self.parts:
             self._handles += autocast_part(names[part], self.dtype)
         for module in [m for found in typed.values() for m in found]:

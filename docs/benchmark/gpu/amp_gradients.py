@@ -73,7 +73,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
 from xcit_dense.cli import add_cfg_options, load_config  # noqa: E402
-from xcit_dense.precision import autocast_part  # noqa: E402
+from xcit_dense.precision import autocast_part, instances  # noqa: E402
 
 DEMO = 'configs/coco/demo_mask2former_xcit_nano_synthetic.py'
 
@@ -222,8 +222,7 @@ def probe(args, results):
                                  args.loss_scale)}
             in_fp32 = [(part, [model.get_submodule(part)], False)
                        for part in args.fp32_parts] + [
-                (name, [m for m in model.modules()
-                        if type(m).__name__ == name], True)
+                (name, instances(model, name), True)
                 for name in args.fp32_types]
             for label, modules, in_input_dtype in in_fp32:
                 handles = [h for module in modules for h in autocast_part(

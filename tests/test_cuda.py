@@ -758,15 +758,20 @@ def _demo_model(scope, path):
     return model.cuda().train()
 
 
+def _detection_batch(h=96, w=128):
+    """Two random images of the demo detector's 3 classes, as its data
+    loader gives them."""
+    return dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
+                        for _ in range(2)],
+                data_samples=[det_sample(h, w, 3) for _ in range(2)])
+
+
 @pytest.mark.parametrize('dtype', ['float16', 'bfloat16'])
 def test_mask_rcnn_trains_under_amp(dtype):
     model = _demo_model('mmdet', 'configs/coco/'
                         'demo_mask_rcnn_xcit_nano_synthetic.py')
     wrapper = _amp_wrapper(model, dtype)
-    h, w = 96, 128
-    data = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
-                        for _ in range(2)],
-                data_samples=[det_sample(h, w, 3) for _ in range(2)])
+    data = _detection_batch()
     _assert_trains(model, wrapper, data)
 
 
@@ -786,10 +791,7 @@ def test_mmcvs_roi_align_trains_under_bf16_amp_in_fp32():
         for layer in extractor.roi_layers:
             layer.use_torchvision = False
     wrapper = _amp_wrapper(model, 'bfloat16')
-    h, w = 96, 128
-    data = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)
-                        for _ in range(2)],
-                data_samples=[det_sample(h, w, 3) for _ in range(2)])
+    data = _detection_batch()
     with pytest.raises(NotImplementedError, match='BFloat16'):
         model.train_step(copy.deepcopy(data), wrapper)
     wrapper.zero_grad()

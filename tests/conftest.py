@@ -1,5 +1,6 @@
 import contextlib
 import functools
+import gc
 import importlib
 import importlib.util
 import io
@@ -201,6 +202,7 @@ def _process_state_restored():
     rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     children = set(multiprocessing.active_children())
     once = dict(warnings.onceregistry)
+    frozen = gc.get_freeze_count()
     try:
         with warnings.catch_warnings():
             warnings.filters[:] = PROCESS_WARNING_FILTERS
@@ -233,6 +235,10 @@ def _process_state_restored():
         for child in set(multiprocessing.active_children()) - children:
             child.terminate()
             child.join()
+        # a tool freezes what its process holds when it starts (run_cli):
+        # this process's objects are collected again
+        if not frozen:
+            gc.unfreeze()
         # no gc.collect() here: a full collection in a process that holds
         # torch, mmdet and mmseg takes 0.5 s (a minute of the suite's 111
         # tool runs); Python's own collections free the run's cycles

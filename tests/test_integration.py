@@ -1,5 +1,7 @@
 """The backbone from mmdet- and mmseg-scoped configs, its optimizer
-constructor, and mmengine checkpoints under torch.load(weights_only=True)."""
+constructor, mmengine checkpoints under torch.load(weights_only=True), and
+what the tools share (``xcit_dense.cli``)."""
+import gc
 import io
 import pickle
 
@@ -12,6 +14,14 @@ from mmengine.registry import init_default_scope
 
 import xcit_dense
 from xcit_dense import XCiT
+
+
+@pytest.fixture(autouse=True)
+def collected_after():
+    """``run_cli`` freezes what its process holds when a tool starts; the
+    tests that call it here leave this process's objects collected."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.mark.parametrize('scope', ['mmdet', 'mmseg'])
@@ -350,7 +360,6 @@ def test_tools_end_their_process_without_collecting(monkeypatch):
     imports the package ends through it (``cuda_setup.py`` runs before the
     set-up, on the standard library and PyTorch alone)."""
     import atexit
-    import gc
     import re
 
     from xcit_dense.cli import run_cli
@@ -371,6 +380,54 @@ def test_tools_end_their_process_without_collecting(monkeypatch):
         if name != 'cuda_setup.py':
             assert len(parts) == 2 and re.match(r'\s+run_cli\(', parts[1]), \
                 name
+
+
+#: a new process: how many collections importing the package ran, and what
+#: a tool's ``main`` finds (the collector on, the imports frozen)
+_COLLECTIONS_OF_A_START = """
+import gc
+starts = []
+gc.callbacks.append(
+    lambda phase, info: phase == 'start' and starts.append(info))
+import xcit_dense
+from xcit_dense.cli import run_cli
+during_import = len(starts)
+run_cli(lambda: print(during_import, gc.isenabled(),
+                      gc.get_freeze_count() > 100000))
+"""
+
+
+def test_a_tools_start_spares_the_collector_the_imports():
+    """Importing the package (torch, timm and mmengine with it) runs no
+    automatic collection (942 of them before); a tool's run starts with
+    the imports frozen; the collector's switch is the caller's."""
+    import subprocess
+    import sys
+
+    from xcit_dense.startup import collections_paused
+
+    from conftest import REPO
+    proc = subprocess.run([sys.executable, '-c', _COLLECTIONS_OF_A_START],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    during_import, enabled, frozen = proc.stdout.split()
+    # a few before the pause (the interpreter's own start) and the one
+    # that takes the import's objects in after it
+    assert int(during_import) <= 6, during_import
+    assert (enabled, frozen) == ('True', 'True')
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        with collections_paused():
+            assert not gc.isenabled()
+            raise ValueError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collections_paused():
+            pass
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()
 
 
 def test_error_raised_in_a_dataloader_worker_keeps_its_paragraph():

@@ -1,22 +1,25 @@
 """xcit-dense: the XCiT backbone for dense prediction on OpenMMLab 2.x."""
-from .safe_globals import register_mmengine_safe_globals
+from .startup import collections_paused
 
-register_mmengine_safe_globals()
+with collections_paused():  # torch, timm and mmengine come in here
+    from .safe_globals import register_mmengine_safe_globals
 
-from . import training  # noqa: E402,F401  (loops, atomic file backend)
-from .checkpoint import load_backbone_checkpoint  # noqa: E402
-from .errors import (  # noqa: E402
-    CheckpointError,
-    DataError,
-    ExportError,
-    UserError,
-    XCiTDenseError,
-)
-from .hooks import CheckpointImportHook, PreemptionHook  # noqa: E402
-from .inference import init_model  # noqa: E402
-from .models import ARCH_SETTINGS, XCiT, fast_path, set_fast_path  # noqa: E402
-from .optim import NoDecayOptimWrapperConstructor  # noqa: E402
-from .precision import AutocastPartsHook, Float32PartsHook  # noqa: E402
+    register_mmengine_safe_globals()
+
+    from . import training  # noqa: F401  (loops, atomic file backend)
+    from .checkpoint import load_backbone_checkpoint
+    from .errors import (
+        CheckpointError,
+        DataError,
+        ExportError,
+        UserError,
+        XCiTDenseError,
+    )
+    from .hooks import CheckpointImportHook, PreemptionHook
+    from .inference import init_model
+    from .models import ARCH_SETTINGS, XCiT, fast_path, set_fast_path
+    from .optim import NoDecayOptimWrapperConstructor
+    from .precision import AutocastPartsHook, Float32PartsHook
 
 __version__ = '0.1.0'
 __all__ = [

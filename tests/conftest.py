@@ -302,6 +302,16 @@ def fast_paths_at_any_size(request, monkeypatch):
         monkeypatch.setattr(onednn, 'pays', lambda backend, x: True)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """The test files' imports (mmdet, mmseg, onnx, onnxruntime) without
+    the collector walking them as they come, as the package's own import
+    (``xcit_dense.startup``)."""
+    from xcit_dense.startup import collections_paused
+    with collections_paused():
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     """The files of :data:`LONGEST_FILES` first, in its order; each file's
     tests in their own order."""

@@ -53,8 +53,8 @@ def skip_collections_at_exit() -> None:
 def run_cli(main) -> None:
     """Run a tool's ``main``; bad input ends it with one paragraph; the
     collections of its run skip what the process held when it started (the
-    imports, ``gc.freeze``: a tiny ``tools/train.py`` run spent 2.8 -> 1.1 s
-    in them), and its process ends without collecting
+    imports, ``gc.freeze``: a tiny ``tools/train.py`` run spent 2.5 to 3.7 s
+    in them, now 1.0 to 1.9 s), and its process ends without collecting
     (:func:`skip_collections_at_exit`).
 
     Without the warning setuptools >= 80.9 gives on each import of

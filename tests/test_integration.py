@@ -258,6 +258,43 @@ def test_optimizer_step_tool_compares_both_groupings():
         in proc.stdout
 
 
+@pytest.mark.parametrize('freeze', [True, False])
+def test_collections_tool_times_a_trainings_iterations(freeze, tiny_coco,
+                                                       tmp_path):
+    """``docs/benchmark/collections.py`` (docs/performance.md quotes it) on
+    the demo recipe: the collections of the iterations after the skipped
+    ones, by generation, with the run's imports frozen or, with
+    ``--no-freeze``, not; an epoch-based config is one paragraph."""
+    import re
+
+    from conftest import REPO, run_tool_here
+    root = f'{tiny_coco}/'
+    args = ['--iters', '3', '--skip', '1', '--work-dir', tmp_path,
+            '--cfg-options',
+            f'train_dataloader.dataset.data_root={root}',
+            'train_dataloader.num_workers=0',
+            'train_dataloader.persistent_workers=False',
+            'model.backbone.depth=4', 'model.backbone.out_indices=[0,1,2,3]']
+    proc = run_tool_here(
+        'docs/benchmark/collections.py',
+        REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py',
+        *args, *([] if freeze else ['--no-freeze']))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.splitlines()[-1]
+    found = re.fullmatch(
+        r'2 iterations of \d+ ms, per iteration: generation 0: [\d.]+ '
+        r'collections in [\d.]+ ms, generation 1: .*, generation 2: .*; '
+        r'frozen objects: (\d+)', line)
+    assert found, line
+    assert (int(found[1]) > 0) == freeze
+    proc = run_tool_here(
+        'docs/benchmark/collections.py',
+        REPO / 'configs/coco/mask_rcnn_xcit_s12_p16_3x_coco.py')
+    assert proc.returncode == 1
+    assert proc.stderr.startswith('error: ') and 'trains by epochs' in \
+        proc.stderr and 'Traceback' not in proc.stderr
+
+
 @pytest.mark.parametrize('change', ['merge_groups=False', 'custom_keys'])
 def test_state_of_other_groups_is_one_paragraph(change):
     """A merged optimizer state resumed where the groups are not the same

@@ -153,6 +153,7 @@ def profiled(step, marks: Marks, device: str, path: str) -> None:
     if device == 'cuda':
         activities.append(ProfilerActivity.CUDA)
     synchronize(device)
+    marks.marks.clear()  # the timed steps' medians are taken
     marks.ranges = True
     try:
         with profile(activities=activities) as prof:

@@ -24,17 +24,18 @@ sys.path.insert(0, REPO)
 
 
 class Collections:
-    """The collections that end while it is on: count and seconds by
-    generation."""
+    """The collections from its making to :meth:`stop`: count and seconds
+    by generation."""
 
     def __init__(self) -> None:
-        self.on, self.started = True, (0.0, 0)
+        self.started = (0.0, 0)
         self.by_generation = {g: [0, 0.0] for g in range(3)}
         gc.callbacks.append(self)
 
+    def stop(self) -> None:
+        gc.callbacks.remove(self)
+
     def __call__(self, phase: str, info: dict) -> None:
-        if not self.on:
-            return
         if phase == 'start':
             self.started = (time.perf_counter(), info['generation'])
         else:
@@ -54,7 +55,7 @@ _start = time.perf_counter()
 import xcit_dense  # noqa: E402,F401
 
 _imported = time.perf_counter() - _start
-IMPORT.on = False
+IMPORT.stop()
 
 import argparse  # noqa: E402
 
@@ -82,7 +83,7 @@ class CollectionsPerIterationHook(Hook):
         if self.collections is None:
             print(f'fewer than {self.skip} iterations: nothing timed')
             return
-        self.collections.on = False
+        self.collections.stop()
         n = runner.iter - self.skip
         seconds = time.perf_counter() - self.start
         print(f'{n} iterations of {1e3 * seconds / n:.0f} ms, per '

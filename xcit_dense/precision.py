@@ -66,9 +66,8 @@ def autocast_part(module: nn.Module, dtype: torch.dtype,
                    torch.autocast(device, dtype=dtype))
         out_dtype = torch.float32
         if in_input_dtype:  # the first floating input's
-            out_dtype = next((v.dtype for v in (*args, *kwargs.values())
-                              if isinstance(v, torch.Tensor) and
-                              v.is_floating_point()), out_dtype)
+            out_dtype = next((t.dtype for t in _tensors(args, kwargs)
+                              if t.is_floating_point()), out_dtype)
         mod.__dict__.setdefault('_autocast_contexts', []).append(
             (context, out_dtype))
         context.__enter__()
@@ -94,9 +93,14 @@ def _device_of(module: nn.Module, args: tuple, kwargs: dict) -> str:
     param = next(module.parameters(), None)
     if param is not None:
         return param.device.type
-    tensor = next((v for v in (*args, *kwargs.values())
-                   if isinstance(v, torch.Tensor)), None)
+    tensor = next(_tensors(args, kwargs), None)
     return 'cpu' if tensor is None else tensor.device.type
+
+
+def _tensors(args: tuple, kwargs: dict):
+    """The tensors among a call's arguments (not inside containers)."""
+    return (v for v in (*args, *kwargs.values())
+            if isinstance(v, torch.Tensor))
 
 
 class PartsHook(Hook):

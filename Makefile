@@ -103,8 +103,8 @@ test: install
 #             wall times and final metrics; GPU_DEMOS='CONFIG ...' names
 #             which; then the gradients of a COCO Mask2Former demo step
 #             (the trained one's, where it trained) under fp16 autocast
-#             against fp32's, by part, also with its pixel decoder in fp32
-#             (amp_gradients.jsonl)
+#             against fp32's, by part, with mmdet's pixel decoder (fp16
+#             under autocast) and with it in fp32 (amp_gradients.jsonl)
 #   table     the README's GPU table from the rows above (table.md)
 GPU_REPORT ?= work_dirs/gpu_report
 GPU_STEPS := tests probe tiles backbone graphs heads compiled demos table
@@ -218,7 +218,9 @@ gpu-report-demos:
 	    $(GPU_DEMOS); status=$$?; \
 	$(PY) docs/benchmark/gpu/amp_gradients.py --out $(GPU_REPORT) \
 	    $$([ -f $(M2F_DEMO_CHECKPOINT) ] && \
-	       echo --checkpoint $(M2F_DEMO_CHECKPOINT)) && exit $$status
+	       echo --checkpoint $(M2F_DEMO_CHECKPOINT)) --cfg-options \
+	    model.panoptic_head.pixel_decoder.type=mmdet.MSDeformAttnPixelDecoder \
+	    && exit $$status
 
 gpu-report-table:
 	$(PY) docs/benchmark/gpu/table.py $(GPU_REPORT) \

@@ -338,6 +338,10 @@ def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
         'model.panoptic_head.num_queries=10',
         'model.panoptic_head.transformer_decoder.num_layers=3',
         'model.panoptic_head.pixel_decoder.encoder.num_layers=1',
+        # mmdet's pixel decoder, which autocast runs in bf16 (the recipes'
+        # runs in fp32: tests/test_pixel_decoder.py)
+        'model.panoptic_head.pixel_decoder.type=mmdet.'
+        'MSDeformAttnPixelDecoder',
         'train_dataloader.batch_size=2', 'train_dataloader.num_workers=0',
         'train_dataloader.persistent_workers=False',
         f'train_dataloader.dataset.data_root={tiny_coco}/')

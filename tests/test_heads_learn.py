@@ -136,10 +136,10 @@ def test_mask2former_demo_trains_in_fp16_on_the_cpu(tiny_coco, tmp_path):
     training goes on to its checkpoint, with the command line's other
     options and the config's Float32PartsHook."""
     config = tiny_demo_config('coco', tiny_coco, tmp_path, max_iters=3)
-    # its pixel decoder in fp32, as Mask2Former's published code runs it
+    # (its pixel decoder is in fp32 by its type) a part named in fp32
     config.write_text(config.read_text() + (
         "custom_hooks = [dict(type='xcit_dense.Float32PartsHook', "
-        "parts=['panoptic_head.pixel_decoder'])]\n"))
+        "parts=['panoptic_head.transformer_decoder'])]\n"))
     work = tmp_path / 'work'
     proc = run_tool_here('docs/benchmark/fp16_training_on_cpu.py', config,
                          '--work-dir', work, '--cfg-options',
@@ -150,5 +150,5 @@ def test_mask2former_demo_trains_in_fp16_on_the_cpu(tiny_coco, tmp_path):
     scales = [float(s) for s in re.findall(r'loss_scale: ([0-9.]+)', log)]
     assert len(scales) == 3 and scales[-1] < 2.0 ** 16, scales
     assert (work / 'iter_3.pth').is_file()
-    assert 'panoptic_head.pixel_decoder run in float32' in log
+    assert 'panoptic_head.transformer_decoder run in float32' in log
     assert re.search(r'"?seed"?\s*[:=]\s*1\b', log), 'seed option lost'

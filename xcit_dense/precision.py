@@ -201,14 +201,13 @@ class Float32PartsHook(PartsHook):
     """Run ``parts`` of the model (dotted module names) and its modules of
     the classes named in ``types`` in fp32 under autocast, for the whole
     run (AMP training, fp16 validation and testing): autocast off inside
-    each, its floating inputs cast to fp32. Mask2Former's published code
-    runs its pixel decoder so under AMP ("deformable detr does not support
-    half precision"); mmcv's CUDA multi-scale deformable attention
-    otherwise runs in fp16. Without autocast nothing changes. In a
-    config::
+    each, its floating inputs cast to fp32. (The Mask2Former recipes' pixel
+    decoder is in fp32 by its own type, as Mask2Former's published code
+    runs it: :mod:`xcit_dense.pixel_decoder`.) Without autocast nothing
+    changes. In a config::
 
         custom_hooks = [dict(type='xcit_dense.Float32PartsHook',
-                             parts=['panoptic_head.pixel_decoder'])]
+                             parts=['roi_head.mask_head'])]
 
     Args:
         parts (sequence of str): the modules to run in fp32.

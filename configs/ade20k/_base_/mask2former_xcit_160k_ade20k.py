@@ -12,13 +12,18 @@
 # the preset, the head input channels, drop path and eta.
 _base_ = ['mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py',
           '../../_base_/xcit_backbone.py']
-custom_imports = dict(imports=['mmdet.models', 'xcit_dense'],
-                      allow_failed_imports=False)
+custom_imports = dict(
+    imports=['mmdet.models', 'xcit_dense', 'xcit_dense.pixel_decoder'],
+    allow_failed_imports=False)
 
 model = dict(
     backbone={{_base_.xcit_backbone}},
     decode_head=dict(
         in_channels=[384] * 4,
+        # mmdet's pixel decoder in fp32 under AMP, as Mask2Former's published
+        # one runs ("deformable detr does not support half precision";
+        # xcit_dense/pixel_decoder.py); fp32 runs unchanged
+        pixel_decoder=dict(type='xcit_dense.Float32MSDeformAttnPixelDecoder'),
         # mmdet's matcher with its costs in fp32 under AMP, as Mask2Former's
         # published matcher: in fp16 a background query's mask cost over
         # the 12,544 points overflows (xcit_dense/matching.py); fp32 runs

@@ -13,12 +13,18 @@
 _base_ = ['mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
           '../../_base_/xcit_backbone.py',
           './instance_seg_tta.py']  # tools/test.py --tta
-custom_imports = dict(imports=['xcit_dense', 'xcit_dense.tta'],
-                      allow_failed_imports=False)
+custom_imports = dict(
+    imports=['xcit_dense', 'xcit_dense.pixel_decoder', 'xcit_dense.tta'],
+    allow_failed_imports=False)
 
 model = dict(
     backbone={{_base_.xcit_backbone}},
-    panoptic_head=dict(in_channels=[384] * 4),
+    panoptic_head=dict(
+        in_channels=[384] * 4,
+        # mmdet's pixel decoder in fp32 under AMP, as Mask2Former's published
+        # one runs ("deformable detr does not support half precision";
+        # xcit_dense/pixel_decoder.py); fp32 runs unchanged
+        pixel_decoder=dict(type='xcit_dense.Float32MSDeformAttnPixelDecoder')),
     # mmdet's matcher with its costs in fp32 under AMP, as Mask2Former's
     # published matcher: in fp16 a background query's mask cost over the
     # 12,544 points overflows (xcit_dense/matching.py); fp32 runs unchanged

@@ -13,7 +13,14 @@ value's dtype (fp16 under AMP; on the CPU it falls back to
 ``grid_sample``, which autocast keeps in fp32), and which Mask2Former's
 published code keeps out of autocast (its pixel decoder's
 ``forward_features`` runs under ``autocast(enabled=False)``: "deformable
-detr does not support half precision").
+detr does not support half precision"). Since, the recipes run their pixel
+decoder so too (``xcit_dense.Float32MSDeformAttnPixelDecoder``); mmdet's,
+which that GPU run had, is probed by naming it::
+
+    --cfg-options \
+        model.panoptic_head.pixel_decoder.type=mmdet.MSDeformAttnPixelDecoder
+
+(as ``make gpu-report STEP=demos`` does; the weights are the same).
 
 For batches of a config's training data (the model initialised as the
 config says, or ``--checkpoint``), the gradients of the summed losses:

@@ -1038,3 +1038,25 @@ def test_mask2former_matcher_in_fp32_under_cuda_autocast():
         with pytest.raises(ValueError, match='cost matrix is infeasible'):
             mmdets.assign(pred, gt)
         assert assigned(ours.assign(pred, gt)) == expected
+
+
+def test_mask2former_pixel_decoder_in_fp32_under_cuda_autocast(no_tf32):
+    """On CUDA as on the CPU (tests/test_pixel_decoder.py): under fp16
+    autocast mmdet's pixel decoder computes in fp16, mmcv's CUDA deformable
+    attention kernel among it; the recipes' ``Float32MSDeformAttnPixelDecoder``
+    computes what fp32 computes on the features it is given."""
+    from test_pixel_decoder import build, features, flat
+    mmdets = build('MSDeformAttnPixelDecoder').cuda()
+    ours = build('xcit_dense.Float32MSDeformAttnPixelDecoder').cuda()
+    ours.load_state_dict(mmdets.state_dict(), strict=True)
+    feats = [f.cuda() for f in features(0)]
+    with torch.no_grad():
+        with torch.autocast('cuda', dtype=torch.float16):
+            low = flat(mmdets(feats))
+            given = [f.half() for f in feats]
+            outs = flat(ours(given))
+        reference = flat(mmdets([f.float() for f in given]))
+    assert {o.dtype for o in low} == {torch.float16}
+    for out, ref in zip(outs, reference):
+        assert out.dtype == torch.float32
+        assert _relative(out, ref) < 1e-5

@@ -42,7 +42,7 @@ def recipe_backbone(backbone: dict, variants: set) -> None:
     (``compile_cfg='auto'``, ``cuda_graphs='auto'``), or ``reference``: the
     straightforward computation eagerly; ``always``: every fast path;
     ``eager``: without CUDA graphs."""
-    if not str(backbone.get('type', '')).endswith('XCiT'):
+    if type_name(backbone) != 'XCiT':
         return
     if 'reference' in variants:
         backbone.update(fast_path=False, compile_cfg=None, cuda_graphs=False)

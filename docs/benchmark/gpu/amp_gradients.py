@@ -81,6 +81,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
 
 from xcit_dense.cli import add_cfg_options, load_config  # noqa: E402
 from xcit_dense.precision import autocast_part, instances  # noqa: E402
+from xcit_dense.toolkits import type_name  # noqa: E402
 
 DEMO = 'configs/coco/demo_mask2former_xcit_nano_synthetic.py'
 
@@ -201,7 +202,7 @@ def build(args, work_dir):
     cfg.work_dir = work_dir
     cfg.load_from = None
     backbone = cfg.model.get('backbone') or {}
-    if str(backbone.get('type', '')).endswith('XCiT'):
+    if type_name(backbone) == 'XCiT':
         # every step eager: a CUDA graph captured after the third step of
         # one size would replay the same computation, after a warm-up
         # between the variants

@@ -33,8 +33,5 @@ class Float32MSDeformAttnPixelDecoder(MSDeformAttnPixelDecoder):
 
     def forward(self, feats: List[torch.Tensor]
                 ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        device = feats[0].device.type
-        if not torch.is_autocast_enabled(device):
-            return super().forward(feats)
-        with torch.autocast(device, enabled=False):
+        with torch.autocast(feats[0].device.type, enabled=False):
             return super().forward(to_float(list(feats)))

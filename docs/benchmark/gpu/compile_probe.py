@@ -18,7 +18,14 @@ does), with the backbone's compile options (``_inductor_fixes``):
   block outputs the levels are made of;
 * ``resampler<i>``: each level's resampler alone (the pyramid's
   transposed convolutions, BatchNorm and GELU, or pooling), on the eager
-  taps;
+  taps; and for each up-sampler its straightforward computation
+  (``resampler<i>, straightforward``: ``nn.ConvTranspose2d``,
+  ``nn.BatchNorm2d``, ``nn.GELU`` as PyTorch's modules, compiled and
+  eager alike), which tells our fast path under the compiler (its token
+  GEMMs, BatchNorm on a channels-last view) from PyTorch's own modules
+  under dynamic shapes (pytorch/pytorch#180740 reports a training-mode
+  BatchNorm accuracy regression with Inductor on CUDA under dynamic shapes
+  only);
 
 each at ``--sizes`` (one compilation serves them), against the same part
 run eagerly on the same inputs: the largest difference as a fraction of
@@ -54,6 +61,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
 from xcit_dense import XCiT  # noqa: E402
 from xcit_dense.models.backbone import _inductor_fixes  # noqa: E402
 from xcit_dense.models.ops import onednn, second_moments  # noqa: E402
+from xcit_dense.models.pyramid import TransposedConvUpsampler  # noqa: E402
 
 
 def relative(out, ref):
@@ -189,8 +197,13 @@ def probe(args, results):
         with torch.no_grad():
             taps = [model._taps(x) for x in images]
         for level, resampler in enumerate(model.resamplers):
-            run(f'resampler{level}', resampler,
-                [[t[level]] for t in taps], Params(resampler))
+            inputs = [[t[level]] for t in taps]
+            run(f'resampler{level}', resampler, inputs, Params(resampler))
+            if isinstance(resampler, TransposedConvUpsampler):
+                plain = copy.deepcopy(resampler)
+                plain.use_fast_path = False
+                run(f'resampler{level}, straightforward', plain, inputs,
+                    Params(plain))
 
 
 if __name__ == '__main__':

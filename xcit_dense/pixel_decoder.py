@@ -7,7 +7,9 @@ Mask2Former's published pixel decoder (facebookresearch/Mask2Former,
 detr does not support half precision"). mmdet's ``MSDeformAttnPixelDecoder``
 (Mask2Former's in mmdet and mmseg) has no such guard: under AMP its
 projections, deformable-attention encoder and FPN run in fp16, mmcv's CUDA
-multi-scale deformable attention kernel among them.
+multi-scale deformable attention kernel among them, which computes in its
+inputs' dtype throughout (sampling positions, bilinear weights, sums, and
+gradients accumulated by ``atomicAdd``).
 :class:`Float32MSDeformAttnPixelDecoder` runs it as the published code
 does; the recipes' matcher is likewise in fp32 (:mod:`.matching`).
 

@@ -1045,17 +1045,12 @@ def test_mask2former_pixel_decoder_in_fp32_under_cuda_autocast(no_tf32):
     autocast mmdet's pixel decoder computes in fp16, mmcv's CUDA deformable
     attention kernel among it; the recipes' ``Float32MSDeformAttnPixelDecoder``
     computes what fp32 computes on the features it is given."""
-    from test_pixel_decoder import build, features, flat
+    from test_pixel_decoder import build, features, under_autocast
     mmdets = build('MSDeformAttnPixelDecoder').cuda()
     ours = build('xcit_dense.Float32MSDeformAttnPixelDecoder').cuda()
     ours.load_state_dict(mmdets.state_dict(), strict=True)
-    feats = [f.cuda() for f in features(0)]
-    with torch.no_grad():
-        with torch.autocast('cuda', dtype=torch.float16):
-            low = flat(mmdets(feats))
-            given = [f.half() for f in feats]
-            outs = flat(ours(given))
-        reference = flat(mmdets([f.float() for f in given]))
+    low, outs, reference = under_autocast(
+        mmdets, ours, [f.cuda() for f in features(0)], torch.float16)
     assert {o.dtype for o in low} == {torch.float16}
     for out, ref in zip(outs, reference):
         assert out.dtype == torch.float32

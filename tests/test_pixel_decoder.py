@@ -45,6 +45,21 @@ def flat(outputs):
     return [mask_feature, *multi_scale]
 
 
+def under_autocast(mmdets, ours, feats, dtype):
+    """Without gradients, under autocast in ``dtype`` on the features'
+    device: mmdet's decoder's outputs on ``feats``, and ours on the
+    features in ``dtype`` (what autocast hands it: a backbone's half
+    precision features); and outside autocast mmdet's on those same
+    features in fp32."""
+    with torch.no_grad():
+        with torch.autocast(feats[0].device.type, dtype=dtype):
+            low = flat(mmdets(feats))
+            given = [f.to(dtype) for f in feats]
+            outs = flat(ours(given))
+        reference = flat(mmdets([f.float() for f in given]))
+    return low, outs, reference
+
+
 def test_fp32_under_autocast_and_mmdets_without():
     mmdets = build('MSDeformAttnPixelDecoder')
     ours = build('xcit_dense.Float32MSDeformAttnPixelDecoder')
@@ -55,12 +70,8 @@ def test_fp32_under_autocast_and_mmdets_without():
         expected = flat(mmdets(feats))
         for out, ref in zip(flat(ours(feats)), expected):
             assert torch.equal(out, ref)
-        with torch.autocast('cpu', dtype=torch.bfloat16):
-            low = flat(mmdets(feats))
-            # given what autocast hands it (a backbone's bf16 features)
-            given = [f.bfloat16() for f in feats]
-            outs = flat(ours(given))
-        reference = flat(mmdets([f.float() for f in given]))
+    low, outs, reference = under_autocast(mmdets, ours, feats,
+                                          torch.bfloat16)
     # mmdet's computes in bf16 under autocast; ours as fp32 on the same
     # inputs, bit for bit
     assert {o.dtype for o in low} == {torch.bfloat16}

@@ -1,4 +1,5 @@
-"""The GPU set-up's decisions (tools/cuda_setup.py, tools/setup_env.sh,
+"""The GPU set-up's decisions (tools/cuda_setup.py and its library
+tools/setup_env/, tools/setup_env.sh,
 tools/make_wheelhouse.sh), on the CPU: which architectures to build for,
 which CUDA compiler, how the registry's compiler becomes a CUDA_HOME, which
 PyTorch an offline set-up accepts, and what a CPU-only machine does; the
@@ -20,22 +21,24 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / 'tools'))
 import cuda_setup  # noqa: E402
+from setup_env import SetupError, cuda, prebuilt  # noqa: E402
+from setup_env import pins as torch_pins  # noqa: E402
 
 
 def test_architectures_of_the_gpus_present():
-    assert cuda_setup.arch_list([(9, 0)], {}) == '9.0'
-    assert cuda_setup.arch_list([(9, 0), (8, 0), (9, 0)], {}) == '8.0;9.0'
-    assert cuda_setup.arch_list([], {}) == ''
+    assert cuda.arch_list([(9, 0)], {}) == '9.0'
+    assert cuda.arch_list([(9, 0), (8, 0), (9, 0)], {}) == '8.0;9.0'
+    assert cuda.arch_list([], {}) == ''
     # the user's list wins (mmcv's and PyTorch's variable)
-    assert cuda_setup.arch_list([(9, 0)], {
+    assert cuda.arch_list([(9, 0)], {
         'TORCH_CUDA_ARCH_LIST': '8.6'}) == '8.6'
 
 
 def test_nvcc_version():
     text = ('nvcc: NVIDIA (R) Cuda compiler driver\n'
             'Cuda compilation tools, release 13.0, V13.0.88\n')
-    assert cuda_setup.nvcc_version(text) == (13, 0)
-    assert cuda_setup.nvcc_version('command not found') is None
+    assert cuda.nvcc_version(text) == (13, 0)
+    assert cuda.nvcc_version('command not found') is None
 
 
 def _fake_nvcc(root):
@@ -49,27 +52,27 @@ def test_compiler_matching_pytorchs_cuda_is_chosen(tmp_path):
     old = _fake_nvcc(tmp_path / 'cuda-12.4')
     new = _fake_nvcc(tmp_path / 'cuda-13.0')
     versions = {old: (12, 4), new: (13, 0)}
-    home, notes = cuda_setup.choose_compiler(
+    home, notes = cuda.choose_compiler(
         '13.0', [old, str(tmp_path / 'missing' / 'nvcc'), new],
         version_of=versions.get)
     assert home == str(tmp_path / 'cuda-13.0')
     assert notes == [f'{old} is CUDA 12.4, PyTorch is built with CUDA 13.0']
-    home, notes = cuda_setup.choose_compiler('13.0', [old],
-                                             version_of=versions.get)
+    home, notes = cuda.choose_compiler('13.0', [old],
+                                       version_of=versions.get)
     assert home is None and len(notes) == 1
 
 
 def test_candidates_follow_pytorchs_search_order(tmp_path):
     env = dict(CUDA_HOME='/opt/cuda', PATH=str(tmp_path))
-    found = cuda_setup.nvcc_candidates(env)
+    found = cuda.nvcc_candidates(env)
     assert found[0] == '/opt/cuda/bin/nvcc'
     assert found[-1] == '/usr/local/cuda/bin/nvcc'
 
 
 def test_registry_compiler_is_pytorchs_cuda_release():
-    assert cuda_setup.registry_requirement('13.0', '13.0.2') == \
+    assert cuda.registry_requirement('13.0', '13.0.2') == \
         'cuda-toolkit[nvcc,cccl]==13.0.2'
-    assert cuda_setup.registry_requirement('12.8', None) == \
+    assert cuda.registry_requirement('12.8', None) == \
         'cuda-toolkit[nvcc,cccl]==12.8.*'
 
 
@@ -89,59 +92,59 @@ def test_registry_wheels_become_one_cuda_home(tmp_path, layout):
             path = site / 'nvidia' / folder / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(name)
-    roots = cuda_setup.registry_roots(str(site))
-    home = cuda_setup.merge_cuda_home(roots, str(tmp_path / 'cuda'))
+    roots = cuda.registry_roots(str(site))
+    home = cuda.merge_cuda_home(roots, str(tmp_path / 'cuda'))
     for name in ('bin/nvcc', 'include/cuda_runtime.h', 'nvvm/bin/cicc',
                  'lib/libcudart.so', 'lib64/libcudart.so'):
         assert os.path.exists(os.path.join(home, name)), name
     # made again from scratch on a second run
-    assert cuda_setup.merge_cuda_home(roots, home) == home
+    assert cuda.merge_cuda_home(roots, home) == home
 
 
 def test_wheels_without_a_compiler_are_one_paragraph(tmp_path):
     (tmp_path / 'nvidia' / 'cu13' / 'lib').mkdir(parents=True)
-    with pytest.raises(cuda_setup.SetupError, match='No CUDA compiler'):
-        cuda_setup.merge_cuda_home(cuda_setup.registry_roots(str(tmp_path)),
-                                   str(tmp_path / 'cuda'))
+    with pytest.raises(SetupError, match='No CUDA compiler'):
+        cuda.merge_cuda_home(cuda.registry_roots(str(tmp_path)),
+                             str(tmp_path / 'cuda'))
 
 
 def test_pytorch_range_of_an_offline_set_up():
     runtime = str(REPO / 'requirements' / 'runtime.txt')
-    assert cuda_setup.check_torch('2.12.1+cu130', runtime) == ''
-    assert 'not tested' in cuda_setup.check_torch('2.5.1', runtime)
+    assert torch_pins.check_torch('2.12.1+cu130', runtime) == ''
+    assert 'not tested' in torch_pins.check_torch('2.5.1', runtime)
     for version in ('2.0.1', '2.14.0'):
-        with pytest.raises(cuda_setup.SetupError,
+        with pytest.raises(SetupError,
                            match=r'outside the range .*>=2\.1, <2\.14'):
-            cuda_setup.check_torch(version, runtime)
+            torch_pins.check_torch(version, runtime)
 
 
 def test_gpu_pytorch_cannot_use_is_one_paragraph():
-    text = cuda_setup.gpu_without_torch_paragraph(
+    text = cuda.gpu_without_torch_paragraph(
         '2.12.1', '13.0', 'GPU 0: NVIDIA H100 80GB HBM3\n')
     assert 'driver' in text and '\n' not in text
-    assert 'CPU-only build' in cuda_setup.gpu_without_torch_paragraph(
+    assert 'CPU-only build' in cuda.gpu_without_torch_paragraph(
         '2.12.1+cpu', None, 'GPU 0: NVIDIA A100')
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is present')
 def test_plan_on_this_cpu_machine(monkeypatch):
-    monkeypatch.setattr(cuda_setup, '_nvidia_smi', lambda: '')
-    assert cuda_setup.plan({}) == dict(ARCHS='')  # as before: the CPU build
-    assert cuda_setup.plan(dict(FORCE_CUDA='0')) == dict(ARCHS='')
-    with pytest.raises(cuda_setup.SetupError, match='TORCH_CUDA_ARCH_LIST'):
-        cuda_setup.plan(dict(FORCE_CUDA='1'))
+    monkeypatch.setattr(cuda, '_nvidia_smi', lambda: '')
+    assert cuda.plan({}) == dict(ARCHS='')  # as before: the CPU build
+    assert cuda.plan(dict(FORCE_CUDA='0')) == dict(ARCHS='')
+    with pytest.raises(SetupError, match='TORCH_CUDA_ARCH_LIST'):
+        cuda.plan(dict(FORCE_CUDA='1'))
     # building for a GPU elsewhere: the registry's compiler of PyTorch's
     # CUDA when no system one matches
-    monkeypatch.setattr(cuda_setup, 'nvcc_candidates', lambda env: [])
-    planned = cuda_setup.plan(dict(FORCE_CUDA='1',
-                                   TORCH_CUDA_ARCH_LIST='9.0'))
+    monkeypatch.setattr(cuda, 'nvcc_candidates', lambda env: [])
+    planned = cuda.plan(dict(FORCE_CUDA='1',
+                             TORCH_CUDA_ARCH_LIST='9.0'))
     assert planned['ARCHS'] == '9.0'
     assert planned['CUDA_WHEELS'].startswith('cuda-toolkit[nvcc,cccl]==')
     # a GPU that nvidia-smi sees but PyTorch cannot use
-    monkeypatch.setattr(cuda_setup, '_nvidia_smi',
+    monkeypatch.setattr(cuda, '_nvidia_smi',
                         lambda: 'GPU 0: NVIDIA H100 80GB HBM3\n')
-    with pytest.raises(cuda_setup.SetupError, match='cannot use it|CPU-only'):
-        cuda_setup.plan({})
+    with pytest.raises(SetupError, match='cannot use it|CPU-only'):
+        cuda.plan({})
 
 
 def test_wheelhouse_holds_the_stack_but_not_pytorch():
@@ -273,7 +276,7 @@ def test_pins_over_an_installed_pytorch():
     lines = ['mmcv==2.1.0\n', 'torch==2.12.1\n', 'torchvision==0.27.1\n',
              'triton==3.7.1\n', 'nvidia-cublas==13.1.1.3\n',
              'cuda-toolkit==13.0.2\n', 'timm==1.0.31\n']
-    pins = cuda_setup.system_torch_constraints(
+    pins = torch_pins.system_torch_constraints(
         lines, dict(torch='2.11.0+cu130', torchvision='0.26.0',
                     triton=None))
     assert [ln for ln in pins if not ln.startswith('#')] == [
@@ -292,11 +295,11 @@ PRESENT = dict(mmcv='2.1.0', torch='2.11.0+cu130', cuda='13.0',
 
 
 def test_what_a_wheel_is_built_for_is_described():
-    assert cuda_setup.describe_wheel(
+    assert prebuilt.describe_wheel(
         '/b/dist/mmcv-2.1.0-cp312-cp312-linux_x86_64.whl', '9.0',
         '2.11.0+cu130', '13.0', '2.38') == BUILT
     lib, version = platform.libc_ver()  # this machine's, for `describe`
-    assert cuda_setup.glibc_version() == (version if lib == 'glibc' else None)
+    assert prebuilt.glibc_version() == (version if lib == 'glibc' else None)
 
 
 @pytest.mark.parametrize('present,reason', [
@@ -324,7 +327,7 @@ def test_prebuilt_wheel_matches_pytorch_cuda_gpus_and_python(present,
                                                              reason):
     present = dict(PRESENT, **present)  # the parameter itself unchanged
     built = dict(BUILT, glibc=present.pop('built_glibc', BUILT['glibc']))
-    got = cuda_setup.prebuilt_mismatch(built, present)
+    got = prebuilt.prebuilt_mismatch(built, present)
     if reason is None:
         assert got is None
     else:
@@ -332,7 +335,7 @@ def test_prebuilt_wheel_matches_pytorch_cuda_gpus_and_python(present,
 
 
 def test_architectures_a_build_runs_on():
-    covers = cuda_setup.arch_covers
+    covers = prebuilt.arch_covers
     assert covers('9.0', (9, 0)) and covers('8.0;9.0', (9, 0))
     assert covers('8.0', (8, 6))  # same major, later minor
     assert not covers('8.6', (8, 0)) and not covers('8.0', (9, 0))
@@ -370,35 +373,35 @@ def test_the_wheel_built_here_goes_to_the_wheelhouse_and_to_the_nodes(
                            b'sm90')
     with open(wheel + '.json', 'w') as f:
         json.dump(BUILT, f)
-    assert cuda_setup.wheel_of_installed(record, [other, wheel]) == wheel
-    assert cuda_setup.wheel_of_installed('mmcv/__init__.py,sha256=x,1\n',
-                                         [wheel]) is None  # no ops
+    assert prebuilt.wheel_of_installed(record, [other, wheel]) == wheel
+    assert prebuilt.wheel_of_installed('mmcv/__init__.py,sha256=x,1\n',
+                                       [wheel]) is None  # no ops
     house = tmp_path / 'wheelhouse'
-    folder, note = cuda_setup.add_to_wheelhouse(str(house), '3.11', record,
-                                                [other, wheel])
+    folder, note = prebuilt.add_to_wheelhouse(str(house), '3.11', record,
+                                              [other, wheel])
     assert folder is None and 'cp312' in note  # another Python's wheelhouse
-    folder, note = cuda_setup.add_to_wheelhouse(str(house), '3.12', record,
-                                                [other, wheel])
+    folder, note = prebuilt.add_to_wheelhouse(str(house), '3.12', record,
+                                              [other, wheel])
     assert folder == str(house / 'mmcv-cuda' /
                          'mmcv-2.1.0-torch2.11.0-cuda13.0-arch9.0-cp312-'
                          'glibc2.38')
     assert sorted(os.listdir(folder)) == [name, name + '.json']
-    folder_b, _ = cuda_setup.add_to_wheelhouse(str(house), '3.12', record,
-                                               [other, wheel])
+    folder_b, _ = prebuilt.add_to_wheelhouse(str(house), '3.12', record,
+                                             [other, wheel])
     assert folder_b == folder  # again: the same folder, nothing more
-    found, notes = cuda_setup.choose_prebuilt(str(house), PRESENT)
+    found, notes = prebuilt.choose_prebuilt(str(house), PRESENT)
     assert found == os.path.join(folder, name) and notes == []
-    found, notes = cuda_setup.choose_prebuilt(
+    found, notes = prebuilt.choose_prebuilt(
         str(house), dict(PRESENT, capabilities=[(8, 0)]))
     assert found is None and len(notes) == 1
     assert 'compute capability 8.0' in notes[0]
-    found, notes = cuda_setup.choose_prebuilt(  # an older OS release
+    found, notes = prebuilt.choose_prebuilt(  # an older OS release
         str(house), dict(PRESENT, glibc='2.35'))
     assert found is None and 'glibc 2.38, this machine has 2.35' in notes[0]
     # a wheel without description is not added
     os.remove(wheel + '.json')
-    folder, note = cuda_setup.add_to_wheelhouse(str(tmp_path / 'w2'), '3.12',
-                                                record, [wheel])
+    folder, note = prebuilt.add_to_wheelhouse(str(tmp_path / 'w2'), '3.12',
+                                              record, [wheel])
     assert folder is None and 'no description' in note
 
 
@@ -416,7 +419,7 @@ def test_set_up_describes_a_build_and_says_why_it_is_not_used_here(
     with open(wheel + '.json') as f:
         built = json.load(f)
     assert built['torch'] == torch.__version__ and built['arch_list'] == '9.0'
-    assert built['glibc'] == cuda_setup.glibc_version()
+    assert built['glibc'] == prebuilt.glibc_version()
     capsys.readouterr()
     assert cuda_setup.main(['prebuilt', str(tmp_path)]) == 1
     out, err = capsys.readouterr()
@@ -448,17 +451,17 @@ def test_wheelhouse_adds_only_a_cuda_build_of_mmcv(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason='a GPU is present')
 def test_check_without_a_gpu_says_there_is_none(monkeypatch):
-    monkeypatch.setattr(cuda_setup, '_nvidia_smi', lambda: '')
-    with pytest.raises(cuda_setup.SetupError, match='There is no GPU here: '
+    monkeypatch.setattr(cuda, '_nvidia_smi', lambda: '')
+    with pytest.raises(SetupError, match='There is no GPU here: '
                        'no NVIDIA driver') as raised:
-        cuda_setup.check_ops()
+        cuda.check_ops()
     assert 'rebuild' not in str(raised.value)
     assert 'on this GPU' not in str(raised.value)
     # a GPU that the driver shows but PyTorch cannot use: that paragraph
-    monkeypatch.setattr(cuda_setup, '_nvidia_smi',
+    monkeypatch.setattr(cuda, '_nvidia_smi',
                         lambda: 'GPU 0: NVIDIA H100 80GB HBM3\n')
-    with pytest.raises(cuda_setup.SetupError, match='nvidia-smi sees'):
-        cuda_setup.check_ops()
+    with pytest.raises(SetupError, match='nvidia-smi sees'):
+        cuda.check_ops()
 
 
 @pytest.mark.parametrize('argv, status, message', [

@@ -62,7 +62,7 @@ if [ -n "$SYSTEM_TORCH" ]; then
     exit 1; }
   # `$PYTHON -m venv --system-site-packages` when $PYTHON is a system or
   # conda Python; when it is a virtual environment's, that would not see its
-  # packages, and a .pth file adds them (see make_venv in cuda_setup.py)
+  # packages, and a .pth file adds them (see make_venv in setup_env/venv.py)
   "$PYTHON" tools/cuda_setup.py venv "$VENV"
   "$PY" tools/cuda_setup.py torch
   # the pins less PyTorch's stack, and torch, torchvision and triton at the

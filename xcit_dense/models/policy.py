@@ -21,31 +21,34 @@ second moments, :func:`.ops.second_moments.pays`; the MLP's and LPI's
 oneDNN calls on the CPU, :func:`.ops.onednn.pays`; not under
 ``'always'``).
 
-Switch values: ``True`` (default) where :data:`POLICY` says it pays;
-``'always'`` wherever it can run, whatever the device (for tests and
-measurements); ``False`` never (the straightforward computation
-everywhere). Set them with
-
-* ``XCiT(fast_path=...)`` (a config key) or ``model.set_fast_path(...)`` for
-  one model; each module's ``use_fast_path`` attribute for one module;
-* :func:`set_fast_path` globally, or ``with fast_path(...):`` for a block of
-  code (tests, ``tools/benchmark.py``'s ``@reference`` rows): one API for
-  the three process-wide :class:`Switches` (the fast paths, the CPU's
-  fused oneDNN kernels, the token pieces of CPU inference).
-
-``False`` wins over ``'always'``, which wins over ``True``.
+The switches are in :mod:`.switches`, the checks of a module's layers and
+calls in :mod:`.plain_modules`.
 """
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from typing import Dict, FrozenSet, Iterator, Optional, Union
+from typing import Dict, FrozenSet, Optional
 
 import torch
 import torch.nn as nn
-from mmengine.model.utils import _BatchNormXd
-from timm.layers import DropPath
-from torch.utils.module_tracker import ModuleTracker
 
-Setting = Union[bool, str]
+from .plain_modules import (  # noqa: F401 (the parts ask them here)
+    BATCH_NORMS,
+    customised_below,
+    global_hooks,
+    is_exact_gelu,
+    is_inactive,
+    is_plain_batch_norm,
+    is_plain_conv,
+    is_plain_layer_norm,
+    is_plain_linear,
+)
+from .switches import (  # noqa: F401 (the parts ask them here)
+    SWITCHES,
+    Setting,
+    Switches,
+    check_setting,
+    combined,
+    fast_path,
+    set_fast_path,
+)
 
 EAGER, COMPILED = 'eager', 'compiled'
 _BOTH = frozenset({EAGER, COMPILED})
@@ -151,87 +154,6 @@ COMPILE: Dict[str, dict] = {}
 GRAPHS: Dict[str, FrozenSet[str]] = {'cuda': frozenset({'infer', 'train'})}
 
 
-@dataclass
-class Switches:
-    """The process-wide switches, read on every call (set them with
-    :func:`set_fast_path` or ``with fast_path(...):``).
-
-    Attributes:
-        fast_path: ``True`` (default), ``'always'`` or ``False`` for every
-            model (combined with each model's and module's own setting).
-        fused_kernels: the CPU fast paths' oneDNN GEMMs and convolutions
-            with fused epilogues (``ops/onednn.py``); ``False``: the
-            standard PyTorch operators in the same fast paths.
-        piece_tokens: tokens per piece of CPU inference (``ops/pieces.py``);
-            ``None`` (default): sized by memory; a number: exactly that
-            many (tests of ragged pieces).
-    """
-    fast_path: Setting = True
-    fused_kernels: bool = True
-    piece_tokens: Optional[int] = None
-
-
-SWITCHES = Switches()
-_KEEP = object()  # a switch not given: left as it is
-
-
-def check_setting(enabled: Setting) -> Setting:
-    """``enabled`` if it is a valid switch value; one paragraph otherwise."""
-    if not (isinstance(enabled, bool) or enabled == 'always'):
-        raise ValueError(
-            f'fast_path must be True (where the measured policy says it '
-            f"pays), 'always' (wherever it can run) or False (never), got "
-            f'{enabled!r}')
-    return enabled
-
-
-def set_fast_path(enabled: Setting = _KEEP, *, fused_kernels: bool = _KEEP,
-                  piece_tokens: Optional[int] = _KEEP) -> None:
-    """Set the process-wide :class:`Switches` (those not given stay as they
-    are): ``set_fast_path(False)``, ``set_fast_path(fused_kernels=False)``,
-    ``set_fast_path(piece_tokens=7)``."""
-    if enabled is not _KEEP:
-        SWITCHES.fast_path = check_setting(enabled)
-    if fused_kernels is not _KEEP:
-        if not isinstance(fused_kernels, bool):
-            raise ValueError(f'fused_kernels must be True or False, got '
-                             f'{fused_kernels!r}')
-        SWITCHES.fused_kernels = fused_kernels
-    if piece_tokens is not _KEEP:
-        if piece_tokens is not None and not (
-                isinstance(piece_tokens, int) and piece_tokens > 0):
-            raise ValueError(f'piece_tokens must be None (sized by memory) '
-                             f'or a positive int, got {piece_tokens!r}')
-        SWITCHES.piece_tokens = piece_tokens
-
-
-@contextmanager
-def fast_path(enabled: Setting = _KEEP, *, fused_kernels: bool = _KEEP,
-              piece_tokens: Optional[int] = _KEEP) -> Iterator[None]:
-    """:func:`set_fast_path` for a block of code, the previous switches
-    restored after: ``with fast_path(False):`` runs every module's
-    straightforward computation inside the block (``'always'``: every fast
-    path that can run); ``with fast_path(fused_kernels=False):`` the fast
-    paths with standard operators."""
-    previous = replace(SWITCHES)
-    set_fast_path(enabled, fused_kernels=fused_kernels,
-                  piece_tokens=piece_tokens)
-    try:
-        yield
-    finally:
-        set_fast_path(previous.fast_path,
-                      fused_kernels=previous.fused_kernels,
-                      piece_tokens=previous.piece_tokens)
-
-
-def combined(*settings: Setting) -> Setting:
-    """One setting from several (global, model, module): ``False`` wins over
-    ``'always'``, which wins over ``True``."""
-    if any(s is False for s in settings):
-        return False
-    return 'always' if 'always' in settings else True
-
-
 def pays(part: str, device_type: str, compiling: bool) -> bool:
     """:data:`POLICY`: the fast path of ``part`` (a class name) was measured
     faster on ``device_type``, eagerly or compiled."""
@@ -305,128 +227,3 @@ def graphed(device_type: str) -> FrozenSet[str]:
     ``device_type`` (``'infer'``, ``'train'``; empty: eager)."""
     return GRAPHS.get(device_type, frozenset())
 
-
-def is_inactive(module: nn.Module) -> bool:
-    """``module`` is an identity now: ``nn.Identity``, or an ``nn.Dropout``
-    / timm ``DropPath`` that is in eval mode or has rate 0. Anything else
-    (another class, live dropout) may act and is called."""
-    if type(module) is nn.Identity:
-        return True
-    if type(module) is nn.Dropout:
-        return not module.training or module.p == 0
-    if type(module) is DropPath:
-        return not module.training or module.drop_prob == 0
-    return False
-
-
-def is_exact_gelu(module: nn.Module) -> bool:
-    """``module`` is ``nn.GELU()`` with the exact (erf) formula, which the
-    fused kernels compute."""
-    return type(module) is nn.GELU and module.approximate == 'none'
-
-
-#: PyTorch's tables of the hooks registered for every module's call
-#: (``nn.modules.module.register_module_forward_hook`` and the like; the
-#: same dicts for the whole process)
-_GLOBAL_HOOKS = (nn.modules.module._global_forward_hooks,
-                 nn.modules.module._global_forward_pre_hooks,
-                 nn.modules.module._global_backward_hooks,
-                 nn.modules.module._global_backward_pre_hooks)
-
-
-def global_hooks() -> bool:
-    """Hooks registered for every module's call, forward or backward,
-    other than those of PyTorch's ``ModuleTracker``, which note which
-    module runs (``torch.utils.flop_counter.FlopCounterMode`` attributes
-    its counts with them; a fast path's operators count for the module
-    whose fast path runs them)."""
-    return any(_GLOBAL_HOOKS) and any(
-        not isinstance(getattr(hook, '__self__', None), ModuleTracker)
-        for table in _GLOBAL_HOOKS for hook in table.values())
-
-
-def _customised_call(d: dict) -> bool:
-    """The module whose ``__dict__`` is ``d`` has hooks of its own, forward
-    or backward, or a ``forward`` set on the instance."""
-    return bool(d['_forward_hooks'] or d['_forward_pre_hooks'] or
-                d['_backward_hooks'] or d['_backward_pre_hooks'] or
-                'forward' in d)
-
-
-def _customised(module: nn.Module) -> bool:
-    """``module``'s call is customised: its own hooks or ``forward``
-    (:func:`_customised_call`), or global hooks."""
-    return _customised_call(module.__dict__) or global_hooks()
-
-
-def customised_below(module: nn.Module) -> bool:
-    """The call of a module below ``module`` is customised (``module``'s
-    own call runs as customised): it has hooks, forward or backward, its
-    own or global (a feature extractor's, Grad-CAM's, a FLOP counter's,
-    ``weight_norm``'s pre-hook that recomputes the weight), or a
-    ``forward`` set on the instance (mmengine's ``activation_checkpointing``
-    and ``efficient_conv_bn_eval`` set one, as may a researcher). A fast
-    path computes its children's calls itself, so it runs only where none
-    is customised; else the module runs its straightforward computation,
-    which calls each child. Below a child that is a part with a fast path
-    of its own (``use_fast_path``) that part decides, as it does when it is
-    called."""
-    return global_hooks() or _customised_children(module)
-
-
-def _customised_children(module: nn.Module) -> bool:
-    """:func:`customised_below` without the global hooks (this runs on
-    every call of a part: the modules' ``__dict__`` read directly)."""
-    for child in module._modules.values():
-        if child is None:
-            continue
-        d = child.__dict__
-        if _customised_call(d):
-            return True
-        if d['_modules'] and \
-                getattr(type(child), 'use_fast_path', None) is None and \
-                _customised_children(child):
-            return True
-    return False
-
-
-def is_plain_linear(layer: nn.Module) -> bool:
-    """Exactly an ``nn.Linear`` whose call is not customised (hooks, an
-    instance-level ``forward``): ``F.linear`` of its weights computes it."""
-    return type(layer) is nn.Linear and not _customised(layer)
-
-
-def is_plain_layer_norm(norm: nn.Module, channels: int) -> bool:
-    """Exactly an ``nn.LayerNorm`` over the last dimension of ``channels``,
-    with weight and bias, whose call is not customised (hooks, an
-    instance-level ``forward``): ``F.layer_norm`` of its parameters
-    computes it."""
-    return type(norm) is nn.LayerNorm and \
-        tuple(norm.normalized_shape) == (channels,) and \
-        norm.weight is not None and norm.bias is not None and \
-        not _customised(norm)
-
-
-#: The BatchNorms the fast paths compute from their parameters and
-#: statistics (folded into the convolution before them in eval mode, or in
-#: LPI's kernels): ``nn.BatchNorm2d``, ``nn.SyncBatchNorm`` and mmengine's
-#: ``_BatchNormXd``, which mmengine's runner (not distributed) and
-#: ``revert_sync_batchnorm`` put in place of SyncBN: ``_BatchNorm``'s
-#: forward without the check of the input's dimensions. A subclass runs its
-#: own ``forward``.
-BATCH_NORMS = (nn.BatchNorm2d, nn.SyncBatchNorm, _BatchNormXd)
-
-
-def is_plain_batch_norm(norm: nn.Module) -> bool:
-    """Exactly one of :data:`BATCH_NORMS` whose call is not customised
-    (hooks, an instance-level ``forward``)."""
-    return type(norm) in BATCH_NORMS and not _customised(norm)
-
-
-def is_plain_conv(conv: nn.Module) -> bool:
-    """An ``nn.Conv2d`` / ``nn.ConvTranspose2d`` with zero padding and no
-    dilation (what the fast kernels compute)."""
-    return type(conv) in (nn.Conv2d, nn.ConvTranspose2d) and \
-        conv.padding_mode == 'zeros' and \
-        not isinstance(conv.padding, str) and \
-        all(d == 1 for d in conv.dilation)

@@ -57,30 +57,14 @@ _BOTH = frozenset({EAGER, COMPILED})
 #: device type, the modes (``'eager'``, ``'compiled'``: under
 #: ``torch.compile``) in which it was measured faster than the straightforward
 #: computation. A device type not listed runs the straightforward
-#: computation (nothing was measured there). The measurements:
-#: docs/performance.md, "Where the fast paths run" (CPU:
-#: ``tools/benchmark.py``; CUDA: ``docs/benchmark/gpu/policy_probe.py`` and
-#: ``make gpu-report``).
-#:
-#: CUDA, eager: every fast path, XCA's and LPI's on their Triton kernels
-#: (``ops/xca_kernels.py``, ``ops/lpi_kernels.py``). XCiT-S12/16 at
-#: 800x1344 on an H200 (PyTorch 2.11, ``tools/benchmark.py --device cuda``,
-#: one process per row, medians of 20): the training step under fp16
-#: autocast, batch 2, 39.6 ms against 55.9 ms for the straightforward
-#: computation (1.41x; 35.8 against 45.4 ms, 1.27x, the next day);
-#: inference, batch 1, 10.3 against 10.6 ms in fp32 and 11.3 against
-#: 11.9 ms under autocast (equal within the runs' spread:
-#: the eager forward is bound by kernel launches). An earlier H100 session,
-#: before the Triton kernels, had measured the eager CPU-tuned paths slower
-#: (29.4 against 16.2 ms). Under ``torch.compile`` (opt-in on CUDA, see
-#: :data:`COMPILE`) Inductor fuses the fast paths' small kernels. Except the
-#: pyramid's up-sampler, eagerly: its token GEMM and pixel shuffle, written
-#: for the CPU, launch more kernels than ``nn.ConvTranspose2d`` (a tiny
-#: XCiT-N12 on CUDA's path, counted on the CPU by tests/test_launches.py:
-#: 26 against 20 outside the blocks in fp32 inference, 44 against 40 under
-#: fp16 autocast, and 379 against 357 for a whole fp16 training step). The
-#: H200's policy probe timed it on and off eagerly (2026-11-26): within the
-#: spread of its CPU-paced rows.
+#: computation (nothing was measured there). On CUDA, eagerly, XCA and LPI
+#: take their Triton kernels (``ops/xca_kernels.py``, ``ops/lpi_kernels.py``),
+#: and the pyramid's up-sampler runs its straightforward computation: its
+#: token GEMMs and pixel shuffle, written for the CPU, launch more kernels
+#: than ``nn.ConvTranspose2d`` (tests/test_launches.py counts them), where
+#: an eager forward is bound by kernel launches; under ``torch.compile``
+#: Inductor fuses the fast paths' small kernels. The measurements:
+#: docs/performance.md, "Where the fast paths run".
 POLICY: Dict[str, Dict[str, FrozenSet[str]]] = {
     'ConvPatchEmbed': dict(cpu=_BOTH, cuda=_BOTH),
     'CachedFourierEncoding': dict(cpu=_BOTH, cuda=_BOTH),
@@ -131,26 +115,20 @@ def operators_observed() -> bool:
 
 #: ``XCiT(compile_cfg='auto')``: the ``torch.compile`` arguments per device
 #: type where compiling was measured faster than eager and passed the tests;
-#: a device type not listed runs eagerly. None is listed today. CPU: a
-#: compile takes minutes on a small CPU, and the eager fast paths are the
-#: measured CPU baseline. CUDA (H100, PyTorch 2.11, XCiT-S12/16 at
-#: 800x1344): with dynamic shapes the compiled inference took 14.6 ms
-#: against 12.7 ms eager, and Inductor failed to compile the training graph
-#: of the Mask R-CNN recipe (docs/performance.md, "GPU"). Compilation stays
-#: available, opt-in: ``compile_cfg=True`` or a dict of arguments.
+#: a device type not listed runs eagerly. None is listed: on the CPU a
+#: compile takes minutes and the eager fast paths are the measured
+#: baseline; on CUDA the compiled inference was slower than eager and
+#: Inductor failed on the Mask R-CNN recipe's training graph
+#: (docs/performance.md, "GPU"). Compilation stays available, opt-in:
+#: ``compile_cfg=True`` or a dict of arguments.
 COMPILE: Dict[str, dict] = {}
 
 #: ``XCiT(cuda_graphs='auto')``: per device type, what is replayed from CUDA
 #: graphs (``'infer'``, ``'train'``) where that was measured faster than the
-#: eager default and passed the tests; a device type not listed runs
-#: eagerly. CUDA (H200, PyTorch 2.11, XCiT-S12/16 at 800x1344, default fast
-#: paths, fp16 autocast): inference, batch 1, 3.7 ms replayed, where the
-#: straightforward computation took 12.4 ms eagerly in the same run (the
-#: default eager path 12.9 ms in the session before); a training step,
-#: batch 2, 26.5 ms replayed against 75.6 (eager default before: 54.9);
-#: ``tests/test_cuda.py`` replays both equal to eager calls
-#: (docs/performance.md, "GPU"). ``'auto'`` captures only inputs that
-#: recur (:mod:`xcit_dense.models.cuda_graphs`).
+#: eager default and passed the tests (``tests/test_cuda.py`` replays both
+#: equal to eager calls); a device type not listed runs eagerly. The
+#: measurements: docs/performance.md, "GPU". ``'auto'`` captures only
+#: inputs that recur (:mod:`xcit_dense.models.cuda_graphs`).
 GRAPHS: Dict[str, FrozenSet[str]] = {'cuda': frozenset({'infer', 'train'})}
 
 

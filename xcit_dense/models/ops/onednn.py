@@ -40,16 +40,9 @@ BACKENDS = ('fused', 'onednn', 'torch')
 
 #: Values of a token layer's input (batch x tokens x channels) from which
 #: its oneDNN calls take less time than PyTorch's standard operators
-#: (:func:`pays`): each oneDNN call costs more before its arithmetic (about
-#: 27 us for 16 tokens of 128 channels times a 128 x 128 weight on a 2-core
-#: AMD EPYC with AVX-512, where ``F.linear`` takes 10), which larger calls
-#: repay. ``python docs/benchmark/onednn_size.py`` there (a block's MLP and
-#: LPI branches, batch 2, standard / oneDNN, fp32): XCiT-N12 (128 channels)
-#: inference 0.88 at 32 tokens of the batch, 0.98 at 128, 1.01 at 288, 1.13
-#: at 512 (one thread; 0.91, 0.98, 0.98, 0.99, 1.08 at 800 on two), training
-#: 0.86 at 128, 1.00 at 288, 1.03 at 512; XCiT-S12 (384 channels, two
-#: threads) inference 1.15 at 32, 1.19 at 128, training 0.98 at 32, 1.00 at
-#: 128, 1.02 at 288.
+#: (:func:`pays`), per backend: each oneDNN call costs more before its
+#: arithmetic than ``F.linear``, which only large enough calls repay
+#: (measured: docs/performance.md, "Performance").
 MIN_VALUES = {'fused': 12288, 'onednn': 32768}
 
 

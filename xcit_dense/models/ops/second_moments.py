@@ -28,14 +28,9 @@ import torch
 #: second moments takes less time than its four token GEMMs, by (half
 #: precision, training): its C x C products cost about 3 C^3 multiply-adds
 #: per image, which only enough tokens repay, and under autocast its Gram
-#: matrix is an fp32 GEMM where the token route's are bf16. Where two runs
-#: of ``docs/benchmark/xca_route.py`` (XCiT-S12's attention branch, 2 cores
-#: of an AMD EPYC with AVX-512 and avx512_bf16) both had it faster
-#: (straightforward / second moments, the two runs): fp32 inference 1.00
-#: and 1.33 at 1.5 C; fp32 training 1.15 and 0.93 at 1.5 C, 1.47 and 1.20
-#: at 2 C; bf16 inference 0.89 and 0.94 at 2.7 C, 1.08 and 1.15 at 4 C;
-#: bf16 training 0.87 and 0.79 at 1.5 C, 1.08 and 1.05 at 2 C. At 800x1344
-#: (10.9 C) 2.8x, 2.6x, 1.6x and 2.3x.
+#: matrix is an fp32 GEMM where the token route's are bf16. Each value is
+#: where two measurements both had it faster (docs/performance.md,
+#: "Performance").
 MIN_TOKENS_PER_CHANNEL: Dict[Tuple[bool, bool], float] = {
     (False, False): 1.5, (False, True): 2.0,
     (True, False): 4.0, (True, True): 2.0}

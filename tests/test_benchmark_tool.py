@@ -479,69 +479,55 @@ def test_training_multiply_adds_of_grouped_convolutions(groups):
     assert step.get_total_flops() == 3 * forward.get_total_flops()
 
 
-#: a stand-in for the published backbone's file (facebookresearch/xcit
-#: detection/backbone/xcit.py, not part of the package, no network here):
-#: its imports of mmcv 1.x's and mmdet 2.x's names, its class's constructor
-#: and key names (``pos_embeder``), over our straightforward computation
-PUBLISHED_STAND_IN = '''
-from mmcv.runner import load_checkpoint
-from mmdet.utils import get_root_logger
-from mmdet.models.builder import BACKBONES
-from timm.models.layers import trunc_normal_
+def _published_row(tmp_path, code):
+    """``@published``'s inference row of the file at ``code`` (XCiT-N12,
+    32 x 64)."""
+    import argparse
 
-from xcit_dense import XCiT as Straightforward
-
-
-@BACKBONES.register_module()
-class XCiT(Straightforward):
-    def __init__(self, patch_size, embed_dim, depth, num_heads, mlp_ratio,
-                 qkv_bias, eta, drop_path_rate, out_indices):
-        super().__init__(None, patch_size, embed_dim, depth, num_heads, eta,
-                         mlp_ratio, qkv_bias, out_indices=out_indices,
-                         drop_path_rate=drop_path_rate, fast_path=False)
-        self._modules['pos_embeder'] = self._modules.pop('pos_embed')
-        self.logger = get_root_logger()
-
-    @property
-    def pos_embed(self):
-        return self._modules['pos_embeder']
-
-    def init_weights(self, pretrained=None):
-        trunc_normal_(self.blocks[0].attn.qkv.weight, std=0.02)
-'''
+    from xcit_dense.benchmark import measure
+    args = argparse.Namespace(
+        model='xcit_nano_12_p16@published', size=(32, 64), batch=1,
+        mode='infer', device='cpu', threads=1, repeat=1, warmup=1,
+        out_dir=str(tmp_path), published_code=str(code))
+    return measure.measure_here(args)
 
 
 def test_published_backbone_row(tmp_path):
-    """``@published``: the published backbone's file as it is written,
+    """``@published``: the published backbone's file as it is written (a
+    stand-in written from its formulas, tests/fixtures/published_xcit.py),
     its old imports answered by stand-ins (no module of the process
     replaced), built as the published configs build it; its inference row
     reports its difference to our straightforward computation on its
-    weights (the stand-in computes that, so 0); counted as the published
+    weights (fp32 rounding; a file that computes otherwise, its positional
+    encoding's rows and columns swapped, differs); counted as the published
     design, not as our fast path; bad files and a missing file name say
     what to give."""
-    import argparse
     import sys
 
     import mmdet.utils
 
     from xcit_dense import UserError
-    from xcit_dense.benchmark import measure, published
+    from xcit_dense.benchmark import published
+
+    from conftest import REPO
     code = tmp_path / 'xcit.py'
-    code.write_text(PUBLISHED_STAND_IN)
-    args = argparse.Namespace(
-        model='xcit_nano_12_p16@published', size=(32, 48), batch=1,
-        mode='infer', device='cpu', threads=1, repeat=1, warmup=1,
-        out_dir=str(tmp_path), published_code=str(code))
-    row = measure.measure_here(args)
-    assert row['max_rel_diff_vs_reference'] == 0
+    source = (REPO / 'tests/fixtures/published_xcit.py').read_text()
+    code.write_text(source)
+    row = _published_row(tmp_path, code)
+    assert row['max_rel_diff_vs_reference'] < 1e-5
     assert row['gmac_per_image'] > 0 and row['seconds'] > 0
     assert 'executed_gmac_per_image' not in row
     assert 'mmcv.runner' not in sys.modules
     assert not hasattr(mmdet.utils, 'get_root_logger')
     model = published.build_published(str(code), 'tiny_24_p8')
     assert (model.patch_embed.patch_size, len(model.blocks),
-            model.out_indices) == (8, 24, (7, 11, 15, 23))
+            model.out_indices) == ((8, 8), 24, [7, 11, 15, 23])
     assert 'pos_embeder.token_projection.weight' in model.state_dict()
+    published_order = 'torch.cat((row_code, col_code)'
+    assert published_order in source
+    code.write_text(source.replace(published_order,
+                                   'torch.cat((col_code, row_code)'))
+    assert _published_row(tmp_path, code)['max_rel_diff_vs_reference'] > 0.01
     with pytest.raises(UserError, match='no such file'):
         published.load_published_code(str(tmp_path / 'none.py'))
     code.write_text("raise ImportError('No module named timm.models.xcit')")

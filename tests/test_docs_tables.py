@@ -1,0 +1,148 @@
+"""The tables of README.md and docs/ are generated from
+benchmarks/results/: a table that differs from the results, a marker that
+names no table and a results row without its fields fail; a row measured
+before a change to its code is marked."""
+import copy
+import json
+
+import pytest
+
+from benchmarks import results as res
+from benchmarks import tables
+from benchmarks.cells import STALE, STALE_NOTE
+from benchmarks.fingerprint import code_fingerprint
+from benchmarks.targets import MET, NOT_MET, UNMEASURED, newest_row, status
+
+RUN = dict(
+    id='run', date='2026-01-02', commit='abc1234', command='python x',
+    threads=2, libraries=dict(torch='2.12.1'),
+    code=dict(scope='backbone', fingerprint='0123456789abcdef'),
+    rows=[dict(id='slow', name='m@reference', model='m',
+               variant='straightforward', precision='fp32', mode='infer',
+               size='64x64', batch=1, seconds=2.0),
+          dict(id='fast', name='m', model='m', variant='default',
+               precision='fp32', mode='infer', size='64x64', batch=1,
+               seconds=1.0, ratios=[dict(baseline='slow', speedup=2.0)]),
+          dict(id='peer', name='p', model='p', variant='peer',
+               precision='fp32', mode='infer', size='64x64', batch=1,
+               seconds=3.0, scope=None)])
+MACHINE = dict(name='A CPU', cpu='A CPU', cpu_features=['avx2'], cores=2)
+TARGET = dict(id='t', table='cpu', what='inference', machines='cpu-*',
+              row=dict(model='m', variant='default', mode='infer'),
+              aim=[dict(speedup_over='straightforward', at_least=1.5)])
+
+
+def results_of(doc=None, fingerprint='0123456789abcdef', target=TARGET):
+    doc = doc or dict(machine=MACHINE, runs=[RUN])
+    docs = {'cpu-test': doc}
+    return tables.kinds.Results(
+        docs, res.rows(docs), [target],
+        lambda row: res.is_stale(row, fingerprint=lambda s: fingerprint))
+
+
+def test_the_docs_tables_are_what_the_results_give():
+    """README.md and docs/*.md against benchmarks/results/, as
+    ``python -m benchmarks.tables --check`` compares them."""
+    assert tables.run(check=True) == []
+
+
+def test_a_differing_table_and_an_unknown_name_fail(tmp_path):
+    (tmp_path / 'docs').mkdir()
+    doc = tmp_path / 'docs' / 'a.md'
+    text = ('<!-- table: rows-cpu-test -->\nold\n<!-- /table -->\n'
+            '<!-- table: nonesuch -->\n<!-- /table -->\n')
+    doc.write_text(text)
+    found = tables.run(check=True, root=tmp_path, results=results_of())
+    assert any("'rows-cpu-test' differs" in p for p in found)
+    assert any("'nonesuch'" in p for p in found)
+    assert doc.read_text() == text  # a check writes nothing
+    tables.run(check=False, root=tmp_path, results=results_of())
+    assert '| `run` | m, default, fp32 |' in doc.read_text()
+    assert tables.run(check=True, root=tmp_path, results=results_of()) \
+        == ["docs/a.md: no table is named 'nonesuch'; the tables: cpu, gpu, "
+            'targets, cpu-published, cpu-scaling, machines, rows-cpu-test']
+
+
+def test_a_results_row_without_its_fields_fails():
+    doc = dict(machine=MACHINE, runs=[copy.deepcopy(RUN)])
+    assert res.problems({'cpu-test': doc}) == []
+    rows = doc['runs'][0]['rows']
+    del rows[1]['mode']
+    rows[1]['ratios'][0]['baseline'] = 'gone'
+    del rows[2]['seconds']
+    del doc['runs'][0]['libraries']['torch']
+    assert res.problems({'cpu-test': doc}) == [
+        'cpu-test/run: libraries lack torch',
+        "cpu-test/run/fast: row lacks 'mode'",
+        "cpu-test/run/fast: baseline 'gone' is no row of its run",
+        'cpu-test/run/peer: row has no figure (seconds, ratios, passed, '
+        'error) and is no baseline']
+
+
+@pytest.mark.parametrize('fingerprint,marked', [
+    ('0123456789abcdef', False), ('fedcba9876543210', True)])
+def test_a_row_measured_before_its_code_changed_is_marked(fingerprint,
+                                                          marked):
+    results = results_of(fingerprint=fingerprint)
+    text = tables.table('rows-cpu-test', results)
+    assert ('| 1.000 s' + STALE + ' |' in text) is marked
+    assert (STALE_NOTE in text) is marked
+    assert '| 3.000 s |' in text  # a peer's code is never ours to change
+    assert (f'2.00x the straightforward computation{STALE}: **met**' in
+            tables.table('cpu', results)) is marked
+
+
+def test_a_row_of_unknown_code_is_marked():
+    doc = dict(machine=MACHINE, runs=[copy.deepcopy(RUN)])
+    doc['runs'][0]['code']['fingerprint'] = 'unknown'
+    assert STALE_NOTE in tables.table('rows-cpu-test', results_of(doc))
+
+
+def test_targets_are_judged_on_the_newest_row():
+    results = results_of()
+    row = newest_row(TARGET, results.rows, 'cpu-test')
+    assert row['id'] == 'fast' and status(TARGET, row) == MET
+    harder = dict(TARGET, aim=[dict(speedup_over='straightforward',
+                                    at_least=2.5)])
+    assert status(harder, row) == NOT_MET
+    other = dict(TARGET, aim=[dict(speedup_over='published', at_least=1)])
+    assert status(other, row) == UNMEASURED
+    later = copy.deepcopy(RUN)
+    later.update(id='later', date='2026-01-03')
+    later['rows'][1]['ratios'][0]['speedup'] = 1.2
+    doc = dict(machine=MACHINE, runs=[RUN, later])
+    row = newest_row(TARGET, results_of(doc).rows, 'cpu-test')
+    assert row.run['id'] == 'later' and status(TARGET, row) == NOT_MET
+
+
+def test_the_fingerprint_is_of_the_code_not_its_prose(tmp_path):
+    models = tmp_path / 'xcit_dense' / 'models'
+    models.mkdir(parents=True)
+    source = models / 'part.py'
+    source.write_text('def f(x):\n    return x + 1\n')
+    first = code_fingerprint('backbone', tmp_path)
+    source.write_text('"""A module."""\n\n\ndef f(x):  # one more\n'
+                      '    """Adds one."""\n    return (x +\n            1)\n')
+    assert code_fingerprint('backbone', tmp_path) == first
+    source.write_text('def f(x):\n    return x + 2\n')
+    assert code_fingerprint('backbone', tmp_path) != first
+    (tmp_path / 'xcit_dense' / 'tools.py').write_text('y = 1\n')
+    source.write_text('def f(x):\n    return x + 1\n')
+    assert code_fingerprint('backbone', tmp_path) == first
+
+
+def test_results_files_are_written_as_they_are_read(tmp_path):
+    """``dumps`` is how the files are written: each reads back equal and
+    is already in that form."""
+    for path in sorted(res.RESULTS.glob('*.json')):
+        assert res.dumps(json.loads(path.read_text())) == path.read_text()
+    written = res.add_run(copy.deepcopy(RUN), MACHINE, tmp_path)
+    assert written.name == 'cpu-a-avx2.json'
+    assert res.load(tmp_path)['cpu-a-avx2']['runs'] == [RUN]
+
+
+def test_a_machine_is_named_by_its_results_file():
+    """The file a new run of a machine goes to is the one its kind of
+    machine has (``add_run``)."""
+    for machine, doc in res.load().items():
+        assert res.results_file(doc['machine']) == machine

@@ -283,6 +283,16 @@ def pytest_configure(config):
         skip_collections_at_exit()
 
 
+@pytest.fixture(autouse=True)
+def native_bf16(monkeypatch):
+    """bf16 asked for on the CPU runs in bf16 on every machine, as on a CPU
+    with native bf16 (:func:`xcit_dense.precision.cpu_has_native_bf16`),
+    so that the tests of bf16 check bf16 whatever CPU runs them; the tests
+    of the fp32 fallback patch it to False."""
+    from xcit_dense import precision
+    monkeypatch.setattr(precision, 'cpu_has_native_bf16', lambda: True)
+
+
 @pytest.fixture
 def fast_paths_at_any_size(request, monkeypatch):
     """The fast paths that pay only for large enough inputs take them for

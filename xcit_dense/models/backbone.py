@@ -28,6 +28,7 @@ from timm.layers import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..errors import first_line
+from ..precision import requested_autocast
 from ..registry import MODELS
 from . import cuda_graphs
 from .block import XCABlock
@@ -147,8 +148,11 @@ class XCiT(BaseModule):
         autocast_dtype (str, optional): ``'bfloat16'`` or ``'float16'``:
             run the backbone under ``torch.autocast`` of the input's device
             and return float32 maps, so the neck and heads stay in fp32 (on
-            CPU, mmcv's NMS takes fp32 only). Defaults to None (the dtype
-            of the caller: fp32, or the autocast already active).
+            CPU, mmcv's NMS takes fp32 only); bf16 on a CPU without native
+            bf16 runs in fp32, saying so once
+            (:func:`xcit_dense.precision.autocast_fits`). Defaults to None
+            (the dtype of the caller: fp32, or the autocast already
+            active).
         fast_path (bool | str): ``True``: each module takes its fast path
             where the measured policy says it pays on the input's device
             (:data:`xcit_dense.models.policy.POLICY`; on the CPU always);
@@ -311,8 +315,10 @@ class XCiT(BaseModule):
             keep_grad_layouts(self)
         if self.autocast_dtype is not None and \
                 not torch.is_autocast_enabled(x.device.type):
-            with torch.autocast(x.device.type,
-                                dtype=getattr(torch, self.autocast_dtype)):
+            with requested_autocast(
+                    x.device.type, self.autocast_dtype,
+                    f'XCiT(autocast_dtype={self.autocast_dtype!r})',
+                    'the backbone'):
                 outs = self._forward_maybe_compiled(x)
             return tuple(o.float() for o in outs)
         return self._forward_maybe_compiled(x)

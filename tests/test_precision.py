@@ -2,16 +2,25 @@
 run in bf16 in validation and testing, everything between them and their
 outputs in fp32; training untouched; tools/test.py with the hook in a
 config. Float32PartsHook: the named parts in fp32 under autocast for the
-whole run."""
+whole run. On a CPU without native bf16 the bf16 a config asks for runs in
+fp32 (said once), and the benchmark refuses its bf16 rows there."""
+import logging
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn as nn
 
-from xcit_dense import AutocastPartsHook, Float32PartsHook, UserError
+from xcit_dense import (
+    AutocastPartsHook,
+    Float32PartsHook,
+    UserError,
+    XCiT,
+    precision,
+)
+from xcit_dense.precision import cpu_has_native_bf16 as probe_of_the_cpu
 
-from conftest import run_tool_here
+from conftest import logged, run_tool_here
 from test_export_detector import MASK_RCNN
 
 pytestmark = pytest.mark.usefixtures('fast_paths_at_any_size')
@@ -205,3 +214,133 @@ custom_hooks = [dict(type='xcit_dense.AutocastPartsHook', dtype='bfloat16')]
     assert ('backbone, neck, rpn_head, roi_head.bbox_head, '
             'roi_head.mask_head run in bfloat16') in out
     assert 'coco/segm_mAP' in out
+
+
+@pytest.fixture
+def emulated_bf16(monkeypatch):
+    """A CPU without native bf16, whose requests have not spoken yet."""
+    monkeypatch.setattr(precision, 'cpu_has_native_bf16', lambda: False)
+    monkeypatch.setattr(precision, '_SAID', set())
+
+
+def test_the_probe_reads_pytorchs_cpu_features(monkeypatch):
+    """Native bf16: x86's AVX-512 BF16 or AMX-BF16, Arm's BF16; AVX2 and
+    AVX-512 alone are not; an older PyTorch's private probes; unknown:
+    bf16 as asked."""
+    def native(features):
+        monkeypatch.setattr(precision, '_cpu_features', lambda: features)
+        return probe_of_the_cpu.__wrapped__()  # past the memo
+    avx512 = dict(architecture='x86_64', avx2=True, avx512_f=True,
+                  avx512_bf16=False, amx_bf16=False)
+    assert not native(avx512)
+    assert not native(dict(architecture='x86_64', avx2=True))
+    assert native(dict(avx512, avx512_bf16=True))
+    assert native(dict(avx512, amx_bf16=True))
+    assert native(dict(architecture='arm64', neon=True, bf16=True))
+    assert native(None)
+    monkeypatch.undo()
+    assert isinstance(probe_of_the_cpu(), bool)
+    monkeypatch.delattr(torch.cpu, 'get_capabilities')
+    monkeypatch.setattr(torch.cpu, '_is_avx512_bf16_supported',
+                        lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: True,
+                        raising=False)
+    assert precision._cpu_features() == dict(avx512_bf16=False,
+                                             amx_bf16=True)
+
+
+def test_backbone_bf16_runs_fp32_without_native_bf16(monkeypatch):
+    """``autocast_dtype='bfloat16'`` on a CPU without native bf16: one
+    warning, whatever the calls and models, and fp32's outputs exactly; on
+    one with it, bf16 as before; fp16 and CUDA as asked."""
+    torch.manual_seed(0)
+    model = XCiT('nano_12_p16', depth=4, out_indices=(0, 1, 2, 3)).eval()
+    x = torch.randn(1, 3, 32, 48)
+    with torch.no_grad():
+        fp32 = model(x)
+        model.autocast_dtype = 'bfloat16'
+        native = model(x)
+        monkeypatch.setattr(precision, 'cpu_has_native_bf16', lambda: False)
+        monkeypatch.setattr(precision, '_SAID', set())
+        with logged(level=logging.WARNING) as warnings:
+            emulated = [model(x), model(x)]
+    assert all(o.dtype == torch.float32 for o in native)
+    assert not all(torch.equal(a, b) for a, b in zip(native, fp32))
+    for outs in emulated:
+        assert all(torch.equal(a, b) for a, b in zip(outs, fp32))
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("XCiT(autocast_dtype='bfloat16'): ")
+    assert 'has no native bf16' in warnings[0]
+    assert 'running the backbone in float32 here' in warnings[0]
+    assert precision.autocast_fits('cuda', torch.bfloat16, 'x', 'it')
+    assert precision.autocast_fits('cpu', torch.float16, 'x', 'it')
+    assert precision._SAID == {"XCiT(autocast_dtype='bfloat16')"}
+
+
+def test_hook_runs_parts_fp32_without_native_bf16(emulated_bf16):
+    """AutocastPartsHook on a CPU without native bf16: the parts run as
+    written, in fp32 (the outputs of the model without the hook), said once
+    for every validation and test; its parts are still checked."""
+    model = Toy()
+    inner = []
+    model.net[1].register_forward_hook(
+        lambda mod, args, out: inner.append(out.dtype))
+    runner = SimpleNamespace(model=model, logger=SimpleNamespace(
+        info=inner.append))
+    hook = AutocastPartsHook(parts=['net', 'head'])
+    x = torch.randn(3, 4)
+    expected = model(x)
+    inner.clear()
+    with logged(level=logging.WARNING) as warnings:
+        for _ in range(2):
+            hook.before_val(runner)
+            assert torch.equal(model(x), expected)
+            hook.after_val(runner)
+    assert inner == [torch.float32] * 2  # no log of parts in bfloat16
+    assert len(warnings) == 1 and warnings[0].startswith(
+        'AutocastPartsHook: ') and 'running net, head in float32' in \
+        warnings[0]
+    with pytest.raises(UserError, match='the model has no roi_head'):
+        AutocastPartsHook(parts=['net', 'roi_head']).before_test(runner)
+
+
+def test_benchmark_refuses_bf16_rows_without_native_bf16(
+        tmp_path, monkeypatch, capsys):
+    """``@bf16`` rows, and ``@amp`` rows on the CPU (bf16 autocast there),
+    are refused in one paragraph before anything is measured, and the
+    reference matmul is fp32 alone; with native bf16, or on CUDA, as
+    before."""
+    from xcit_dense.benchmark.matmul import matmul_rates, matmul_summary
+    from xcit_dense.benchmark.names import refuse_emulated_bf16
+    rows = ['xcit_nano_12_p16', 'xcit_nano_12_p16@bf16',
+            'xcit_nano_12_p16@cp+amp', 'mask_rcnn_xcit_s12@bf16']
+    assert refuse_emulated_bf16(rows, 'cpu') is None
+    both = matmul_rates('cpu', 32, 1, 1)
+    assert both['fp32_gflops_per_s'] > 0 and both['bf16_gflops_per_s'] > 0
+    monkeypatch.setattr(precision, 'cpu_has_native_bf16', lambda: False)
+    assert refuse_emulated_bf16(rows, 'cuda') is None
+    refusal = refuse_emulated_bf16(rows, 'cpu')
+    assert refusal.startswith(
+        'xcit_nano_12_p16@bf16, xcit_nano_12_p16@cp+amp, '
+        'mask_rcnn_xcit_s12@bf16: bf16 on the CPU')
+    assert '--device cuda' in refusal and '\n' not in refusal
+    fp32 = matmul_rates('cpu', 32, 1, 1)
+    assert fp32['fp32_gflops_per_s'] > 0 and \
+        fp32['bf16_gflops_per_s'] is None
+    assert matmul_summary(fp32).endswith(
+        'bf16 not measured (no native bf16 on this CPU)')
+    proc = run_tool_here(  # settings that measure quickly if not refused
+        'tools/benchmark.py', '--models', *rows[:2], '--sizes', '32x32',
+        '--batch', '1', '--modes', 'infer', '--repeat', '1', '--threads',
+        '1', '--matmul-size', '32', '--out-dir', tmp_path / 'out')
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(
+        'error: xcit_nano_12_p16@bf16: bf16 on the CPU (@bf16, and @amp, '
+        'bf16 autocast there), and this CPU has no native bf16 (none of '
+        'avx512_bf16, amx_bf16, bf16, sve_bf16 in '
+        'torch.cpu.get_capabilities()), where PyTorch emulates bf16 at '
+        'several times the time of fp32: the rows would time the '
+        'emulation. Measure them on a CPU with native bf16 (AVX-512 BF16, '
+        'AMX, Arm BF16) or with --device cuda, or leave them out of '
+        '--models.')
+    assert not (tmp_path / 'out').exists()  # before the reference matmul

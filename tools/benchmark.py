@@ -101,7 +101,10 @@ Models:
 
 A model is measured in the modes of ``--modes`` that it has (a runtime's
 rows are inference, an ``@iter`` row is training); a model that none of
-them measures is refused before any measurement.
+them measures is refused before any measurement. So are ``@bf16`` rows,
+and ``@amp`` rows on the CPU (bf16 autocast there), on a CPU without native
+bf16 (AVX-512 BF16, AMX, Arm BF16), where they would time PyTorch's
+emulation of bf16; there the reference matmul is fp32 alone.
 
 Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run, and to its
@@ -125,10 +128,14 @@ from xcit_dense.benchmark import (  # noqa: E402
     trainable,
     write_outputs,
 )
-from xcit_dense.benchmark.matmul import matmul_rates  # noqa: E402
+from xcit_dense.benchmark.matmul import (  # noqa: E402
+    matmul_rates,
+    matmul_summary,
+)
 from xcit_dense.benchmark.names import (  # noqa: E402
     DETECTORS,
     PEERS,
+    refuse_emulated_bf16,
     single_mode,
     usage,
 )
@@ -259,6 +266,9 @@ def check_args(parser, args) -> None:
              for n in args.models):
         parser.error("a detector's @amp needs a GPU (--device cuda): "
                      "mmcv's CPU ops (RoIAlign, NMS) take fp32 only")
+    emulated = refuse_emulated_bf16(args.models, args.device)
+    if emulated:
+        parser.error(emulated)
 
 
 def main():
@@ -273,9 +283,8 @@ def main():
     except RuntimeError as error:  # no such device, out of its memory
         raise SystemExit(f'the reference matmul failed on {args.device}: '
                          f'{error}')
-    print(f'matmul, {args.threads} threads: fp32 '
-          f'{matmul["fp32_gflops_per_s"]:.0f} GFLOP/s, bf16 '
-          f'{matmul["bf16_gflops_per_s"]:.0f} GFLOP/s', flush=True)
+    print(f'matmul, {args.threads} threads: {matmul_summary(matmul)}',
+          flush=True)
     runs = {}  # (model, size, batch, mode) -> one result per round
     for rnd, name, size, batch, mode in itertools.product(
             range(args.rounds), args.models, args.sizes, args.batch,

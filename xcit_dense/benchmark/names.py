@@ -112,6 +112,32 @@ def _check_runtime(name: str, variants: set) -> None:
                          'no other variant')
 
 
+def bf16_on_cpu(name: str, device: str) -> bool:
+    """Whether the row computes in bf16 on the CPU: ``@bf16``, and ``@amp``
+    (there bf16 autocast)."""
+    return device == 'cpu' and bool(parse_model(name)[1] & {'bf16', 'amp'})
+
+
+def refuse_emulated_bf16(models, device: str) -> Optional[str]:
+    """One paragraph refusing the rows of ``models`` that compute in bf16
+    on a CPU without native bf16
+    (:func:`~xcit_dense.precision.cpu_has_native_bf16`), where they would
+    time PyTorch's emulation of bf16 (XCiT-S12/16 at 256x384: 8.5x fp32's
+    time on an AMD EPYC with AVX2 alone); None where none is refused."""
+    from .. import precision
+    emulated = [n for n in models if bf16_on_cpu(n, device)]
+    if not emulated or precision.cpu_has_native_bf16():
+        return None
+    return (f'{", ".join(emulated)}: bf16 on the CPU (@bf16, and @amp, '
+            'bf16 autocast there), and this CPU has no native bf16 (none of '
+            f'{", ".join(precision.NATIVE_BF16_FEATURES)} in '
+            'torch.cpu.get_capabilities()), where PyTorch emulates bf16 at '
+            'several times the time of fp32: the rows would time the '
+            'emulation. Measure them on a CPU with native bf16 (AVX-512 '
+            'BF16, AMX, Arm BF16) or with --device cuda, or leave them out '
+            'of --models.')
+
+
 def single_mode(name: str) -> Optional[Tuple[str, str]]:
     """The one mode (``'infer'`` or ``'train'``) ``name`` is measured in
     and why, or None where it is measured in both."""

@@ -5,6 +5,7 @@ import json
 import os.path as osp
 import sys
 
+from .matmul import matmul_summary
 from .names import DETECTORS, RUNTIMES
 from .runs import combine
 
@@ -146,9 +147,8 @@ def _main_table(results, matmul, args, found):
         f'{args.repeat} runs after {args.warmup} warm-up'
         + (f', median over {args.rounds} interleaved rounds' if
            args.rounds > 1 else '') + '; fp32 unless '
-        f'"@bf16" / "@amp"; machine matmul ({args.matmul_size}^2): fp32 '
-        f'{matmul["fp32_gflops_per_s"]:.0f} GFLOP/s, bf16 '
-        f'{matmul["bf16_gflops_per_s"]:.0f} GFLOP/s. Memory: '
+        f'"@bf16" / "@amp"; machine matmul ({args.matmul_size}^2): '
+        f'{matmul_summary(matmul)}. Memory: '
         + ('peak resident set of a fresh process per measurement (model '
            'and libraries included); "act." = that peak minus the resident '
            'set before the first step.' if args.device == 'cpu' else

@@ -27,6 +27,8 @@ ROW_FIELDS = ('id', 'name', 'model', 'variant', 'precision', 'mode', 'size',
 TESTS_FIELDS = ('id', 'name', 'mode', 'passed', 'failed', 'skipped')
 #: a row holds at least one of these, or is another row's baseline
 FIGURES = ('seconds', 'ratios', 'passed', 'error')
+#: variants that run no code of ours (their rows' scope is null)
+NOT_OURS = ('published', 'peer')
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,10 @@ def _run_problems(machine: str, run: dict, seen: set) -> list:
                 'id') not in baselines:
             found.append(f"{where}/{row.get('id')}: row has no figure "
                          f'({", ".join(FIGURES)}) and is no baseline')
+        if row.get('variant') in NOT_OURS and row.get(
+                'scope', run.get('code', {}).get('scope')) is not None:
+            found.append(f"{where}/{row.get('id')}: a {row['variant']} "
+                         'row measures no code of ours: its scope is null')
         found += [f"{where}/{row.get('id')}: baseline "
                   f"{rt.get('baseline')!r} is no row of its run"
                   for rt in row.get('ratios', [])

@@ -70,13 +70,16 @@ def test_a_results_row_without_its_fields_fails():
     del rows[1]['mode']
     rows[1]['ratios'][0]['baseline'] = 'gone'
     del rows[2]['seconds']
+    del rows[2]['scope']
     del doc['runs'][0]['libraries']['torch']
     assert res.problems({'cpu-test': doc}) == [
         'cpu-test/run: libraries lack torch',
         "cpu-test/run/fast: row lacks 'mode'",
         "cpu-test/run/fast: baseline 'gone' is no row of its run",
         'cpu-test/run/peer: row has no figure (seconds, ratios, passed, '
-        'error) and is no baseline']
+        'error) and is no baseline',
+        'cpu-test/run/peer: a peer row measures no code of ours: its scope '
+        'is null']
 
 
 @pytest.mark.parametrize('fingerprint,marked', [

@@ -14,10 +14,21 @@ from timm.models.xcit import PositionalEncodingFourier
 
 from xcit_dense import ARCH_SETTINGS, XCiT
 from xcit_dense.models.positional_encoding import CachedFourierEncoding
+from xcit_dense.models.presets import OUT_STRIDES
 
 from conftest import run_tool_here
 
 SIZES = [(224, 224), (256, 320), (333, 517)]
+STRIDES = (4, 8, 16, 32)
+
+
+def published_side(n, patch, stride):
+    """Rows (or columns) of the published backbone's level of ``stride``
+    for ``n`` of the image's: the token grid, ``ceil(n / patch)``,
+    up-sampled, or max-pooled rounding down."""
+    grid = -(-n // patch)
+    return grid * patch // stride if stride <= patch else \
+        grid // (stride // patch)
 
 
 def tiny(arch='nano_12_p16', **kwargs):
@@ -64,21 +75,67 @@ def test_pyramid_shapes(arch, size):
     with torch.no_grad():
         outs = model(torch.randn(1, 3, H, W))
     assert isinstance(outs, tuple) and len(outs) == 4
-    dim = ARCH_SETTINGS[arch]['embed_dim']
-    for out, stride in zip(outs, (4, 8, 16, 32)):
-        assert out.shape == (1, dim, math.ceil(H / stride),
-                             math.ceil(W / stride))
+    dim, patch = (ARCH_SETTINGS[arch][k] for k in ('embed_dim', 'patch_size'))
+    for out, stride in zip(outs, STRIDES):
+        assert out.shape == (1, dim, published_side(H, patch, stride),
+                             published_side(W, patch, stride))
 
 
 @pytest.mark.parametrize('patch', [16, 8])
-@pytest.mark.parametrize('size', [(17, 40), (65, 31), (100, 97)])
+@pytest.mark.parametrize('size', [(26, 40), (65, 31), (100, 97)])
 def test_odd_sizes(patch, size):
-    model = tiny(f'nano_12_p{patch}').eval()
+    """At sizes that are not multiples of 32: by default the published
+    backbone's sizes (tests/test_published_models.py compares the values
+    with its forward); ``out_sizes='ceil'``: exactly ceil(H/s) x ceil(W/s),
+    the same values where both have them (its max-pooling keeps the last
+    row and column of an odd grid, its up-sampled levels are cropped)."""
+    torch.manual_seed(0)
+    published = tiny(f'nano_12_p{patch}').eval()
+    ceil = tiny(f'nano_12_p{patch}', out_sizes='ceil').eval()
+    ceil.load_state_dict(published.state_dict())
     H, W = size
+    x = torch.randn(2, 3, H, W)
     with torch.no_grad():
-        outs = model(torch.randn(2, 3, H, W))
+        outs, ceil_outs = published(x), ceil(x)
     assert [o.shape[-2:] for o in outs] == [
-        (math.ceil(H / s), math.ceil(W / s)) for s in (4, 8, 16, 32)]
+        (published_side(H, patch, s), published_side(W, patch, s))
+        for s in STRIDES]
+    assert [o.shape[-2:] for o in ceil_outs] == [
+        (math.ceil(H / s), math.ceil(W / s)) for s in STRIDES]
+    for out, ceil_out in zip(outs, ceil_outs):
+        h, w = (min(a, b) for a, b in zip(out.shape[-2:],
+                                          ceil_out.shape[-2:]))
+        assert torch.equal(out[..., :h, :w], ceil_out[..., :h, :w])
+
+
+@pytest.mark.parametrize('patch,levels,window,smallest', [
+    (16, (0, 1, 2, 3), 2, 17), (8, (0, 1, 2, 3), 4, 25),
+    (8, (0, 1, 2), 2, 9), (16, (0, 1, 2), 1, 1)])
+def test_images_too_small_for_the_published_pooling(patch, levels, window,
+                                                    smallest):
+    """The published layout max-pools the token grid rounding down: an
+    image whose grid is smaller than the pooling window is one paragraph
+    naming the smallest size and ``out_sizes='ceil'``, which takes it; the
+    smallest size runs."""
+    model = tiny(f'nano_12_p{patch}', out_levels=levels).eval()
+    ceil = tiny(f'nano_12_p{patch}', out_levels=levels,
+                out_sizes='ceil').eval()
+    with torch.no_grad():
+        assert len(model(torch.zeros(1, 3, smallest, 40))) == len(levels)
+        if smallest == 1:
+            return
+        small = torch.zeros(1, 3, 40, smallest - 1)
+        with pytest.raises(ValueError, match=re.escape(
+                f"XCiT(out_sizes='published') max-pools its grid of "
+                f'ceil(H / {patch}) x ceil(W / {patch}) tokens by '
+                f'{window} x {window}, '
+                f'rounding down as the published backbone does, which '
+                f'takes images of at least {smallest} x {smallest} '
+                f'pixels; got shape (1, 3, 40, {smallest - 1}).') +
+                ".*out_sizes='ceil'"):
+            model(small)
+        assert [o.shape[-1] for o in ceil(small)] == [
+            math.ceil((smallest - 1) / OUT_STRIDES[i]) for i in levels]
 
 
 @pytest.mark.parametrize('shape', [(3, 32, 32), (1, 1, 32, 32),
@@ -116,13 +173,20 @@ def test_images_of_another_dtype_are_named(dtype):
 
 
 def test_backbone_demo_prints_the_pyramid_and_refuses_empty_sizes():
+    """The published layout's sizes by default; an image too small for it
+    is one paragraph, taken with ``--out-sizes ceil``."""
     proc = run_tool_here('tools/demo_backbone.py', '--arch', 'nano_12_p16',
                          '--size', 33, 70)
     assert proc.returncode == 0, proc.stderr
     assert [line.split(':', 1)[1].strip() for line in proc.stdout.splitlines()
             if line.startswith('  level')] == [
-        'stride  4  (1, 128, 9, 18)', 'stride  8  (1, 128, 5, 9)',
-        'stride 16  (1, 128, 3, 5)', 'stride 32  (1, 128, 2, 3)']
+        'stride  4  (1, 128, 12, 20)', 'stride  8  (1, 128, 6, 10)',
+        'stride 16  (1, 128, 3, 5)', 'stride 32  (1, 128, 1, 2)']
+    proc = run_tool_here('tools/demo_backbone.py', '--arch', 'nano_12_p8',
+                         '--size', 24, 70)
+    assert proc.returncode == 1 and 'Traceback' not in proc.stderr
+    assert 'takes images of at least 25 x 25 pixels' in proc.stderr
+    assert "out_sizes='ceil'" in proc.stderr
     proc = run_tool_here('tools/demo_backbone.py', '--size', 0, 64)
     assert proc.returncode == 2 and 'Traceback' not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].endswith(
@@ -139,7 +203,8 @@ def test_published_resampling(patch, ops):
     for r in model.resamplers:
         if isinstance(r, nn.Identity):
             kinds.append('id')
-        elif isinstance(r, nn.MaxPool2d):
+        elif isinstance(r, nn.MaxPool2d):  # rounding down, as published
+            assert not r.ceil_mode
             kinds.append(f'pool{r.kernel_size}')
         else:
             convs = [m for m in r if isinstance(m, nn.ConvTranspose2d)]
@@ -381,6 +446,9 @@ def test_no_weight_decay_names():
     (dict(arch='nano_12_p16', out_levels=(1, 4)),
      r'out_levels must be strictly increasing pyramid levels in \[0, 3\]'),
     (dict(arch='nano_12_p16', out_levels=(2, 1)), r'out_levels'),
+    (dict(arch='nano_12_p16', out_sizes='floor'),
+     r"out_sizes must be 'published' \(.*\) or 'ceil' \(ours: exactly "
+     r"ceil\(H / s\) x ceil\(W / s\) at stride s\); got 'floor'"),
     (dict(arch='nano_12_p16', norm_cfg=dict(type='Foo')),
      r"norm_cfg=\{'type': 'Foo'\} does not normalise"),
 ])

@@ -79,9 +79,14 @@ def build(config_text, tmp_path, name):
 def backbone_onnx(tmp_path_factory):
     """The backbone of a tiny UperNet, exported by ``tools/export_onnx.py
     --backbone-only --dynamic``: the decode head's fixed-size pooling is not
-    part of that graph. The segmentor, the file and the tool's output."""
+    part of that graph. Its levels are ``out_sizes='ceil'``'s, cropped to
+    ceil(H/s) x ceil(W/s) (the default, published layout is in the
+    UperNet's export below). The segmentor, the file and the tool's
+    output."""
     tmp = tmp_path_factory.mktemp('onnx')
-    config, model = build(UPERNET, tmp, 'upernet')
+    config, model = build(UPERNET.replace(
+        'backbone=dict(', "backbone=dict(out_sizes='ceil', ", 1), tmp,
+        'upernet')
     checkpoint = tmp / 'upernet.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
     path = tmp / 'backbone.onnx'
@@ -111,7 +116,8 @@ def test_dynamic_backbone_verified_at_three_sizes(backbone_onnx):
 
 def test_dynamic_backbone_matches_the_fast_path_at_odd_sizes(backbone_onnx):
     """At sizes not checked by the export, the file reproduces the backbone
-    as it runs by default (fast path on), with exact ceil(H/s) levels."""
+    as it runs by default (fast path on), with exact ceil(H/s) levels
+    (``out_sizes='ceil'``)."""
     model, path, _ = backbone_onnx
     session = onnxruntime_session(str(path))
     for h, w in ((45, 77), (130, 33)):

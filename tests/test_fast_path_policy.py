@@ -431,8 +431,8 @@ def test_dynamic_compile_traces_once_for_several_sizes():
     model = randomized(compile_cfg=dict(dynamic=True, fullgraph=True,
                                         backend=backend)).train()
     # token grids of even sides, as mmdet's padding to 32 gives: the
-    # pyramid's ceil-mode max-pooling specialises a graph to the parity of
-    # the grid (at most four graphs for odd sizes)
+    # pyramid's max-pooling specialises a graph to the parity of the grid
+    # (at most four graphs for odd sizes)
     for h, w in ((64, 96), (96, 128), (128, 64)):
         sum(o.sum() for o in model(torch.randn(2, 3, h, w))).backward()
     assert len(graphs) == 1, f'{len(graphs)} compilations for 3 sizes'

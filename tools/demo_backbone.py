@@ -18,11 +18,16 @@ def main():
                         choices=sorted(ARCH_SETTINGS))
     parser.add_argument('--size', type=positive_int, nargs=2,
                         default=(333, 517), metavar=('H', 'W'),
-                        help='the image size (any, at least 1x1)')
+                        help='the image size (at least 17x17 for patch 16, '
+                        '25x25 for patch 8; any with --out-sizes ceil)')
+    parser.add_argument('--out-sizes', default='published',
+                        choices=('published', 'ceil'),
+                        help="the backbone's out_sizes: the published "
+                        "backbone's level sizes, or ceil(H/s) x ceil(W/s)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model = XCiT(arch=args.arch).eval()
+    model = XCiT(arch=args.arch, out_sizes=args.out_sizes).eval()
     H, W = args.size
     # A synthetic image: smooth gradients plus a bright square.
     y, x = torch.meshgrid(torch.linspace(-1, 1, H), torch.linspace(-1, 1, W),

@@ -41,6 +41,11 @@ class DataError(XCiTDenseError, ValueError):
     """A data file that does not fit the dataset's definition."""
 
 
+class InputError(XCiTDenseError, ValueError):
+    """An input the model cannot take (an image too small for the
+    pyramid's max-pooling)."""
+
+
 class ExportError(XCiTDenseError):
     """An export that failed or that does not reproduce the model."""
 

@@ -27,7 +27,7 @@ from mmengine.model import BaseModule
 from timm.layers import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from ..errors import first_line
+from ..errors import InputError, first_line
 from ..precision import requested_autocast
 from ..registry import MODELS
 from . import cuda_graphs
@@ -45,12 +45,13 @@ from .presets import (
     check_norm_cfg,
     check_out_indices,
     check_out_levels,
+    check_out_sizes,
     check_training_args,
     init_cfgs,
     normalized_compile_cfg,
     resolve_arch,
 )
-from .pyramid import crop, make_resampler
+from .pyramid import crop, make_resampler, smallest_grid
 from .stem import ConvPatchEmbed
 
 #: the published code's names of backbone weights that differ from ours
@@ -116,6 +117,19 @@ class XCiT(BaseModule):
             the other levels are not built (nothing computed for them, no
             parameter without gradients), nor the blocks after the last
             one tapped. Defaults to ``(0, 1, 2, 3)``.
+        out_sizes (str): The levels' sizes for an ``H x W`` image.
+            ``'published'``: those of the published backbone
+            (facebookresearch/xcit), which its checkpoints were trained
+            and evaluated with: the token grid of ``ceil(H / p)`` rows
+            (patch ``p``) up-sampled, as it is, or max-pooled rounding down
+            (``floor(ceil(H / p) * p / s)`` rows at a stride ``s > p``),
+            nothing cropped; images need a grid as large as the pooling
+            window (patch 16: at least 17 pixels a side; patch 8: 25, or 9
+            without the stride-32 level). ``'ceil'`` (ours): exactly
+            ``ceil(H / s) x ceil(W / s)`` at stride ``s`` for any ``H, W
+            >= 1`` (ceil-mode pooling, the up-sampled levels cropped). The
+            same for sides that are multiples of 32. Defaults to
+            ``'published'``.
         drop_rate (float): Dropout after the positional encoding and in the
             projections. Defaults to 0.
         attn_drop_rate (float): Dropout on the XCA attention map.
@@ -205,6 +219,7 @@ class XCiT(BaseModule):
                  in_channels: int = 3,
                  out_indices: Optional[Sequence[int]] = None,
                  out_levels: Sequence[int] = (0, 1, 2, 3),
+                 out_sizes: str = 'published',
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.,
@@ -225,6 +240,7 @@ class XCiT(BaseModule):
             num_heads=num_heads, eta=eta)
         out_indices = check_out_indices(out_indices, settings['depth'])
         out_levels = check_out_levels(out_levels)
+        check_out_sizes(out_sizes)
         # the blocks tapped for the levels returned; the last one is the
         # last block built
         taps = [out_indices[level] for level in out_levels]
@@ -239,7 +255,7 @@ class XCiT(BaseModule):
         self.patch_size = settings['patch_size']
         self.embed_dim = self.num_features = dim = settings['embed_dim']
         self.depth, self.out_indices = settings['depth'], out_indices
-        self.out_levels = out_levels
+        self.out_levels, self.out_sizes = out_levels, out_sizes
         self.out_strides = tuple(OUT_STRIDES[level] for level in out_levels)
         self.frozen_stages, self.norm_eval = frozen_stages, norm_eval
         self.norm_cfg = dict(norm_cfg)
@@ -267,7 +283,8 @@ class XCiT(BaseModule):
         self.apply(_init_linear)
         for level in out_levels:  # fpn1 (stride 4) ... fpn4 (stride 32)
             self.add_module(f'fpn{level + 1}', make_resampler(
-                dim, self.patch_size / OUT_STRIDES[level], self.norm_cfg))
+                dim, self.patch_size / OUT_STRIDES[level], self.norm_cfg,
+                out_sizes))
         self.set_grad_checkpointing(with_cp)
         self.set_fast_path(fast_path)
         self._freeze_stages()
@@ -308,9 +325,9 @@ class XCiT(BaseModule):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """NCHW images -> NCHW maps of strides 4, 8, 16, 32 (those of
-        ``out_levels``); level ``i`` of an ``H x W`` input is
-        ``ceil(H / s_i) x ceil(W / s_i)``."""
+        ``out_levels``), of the sizes that ``out_sizes`` says."""
         self._check_images(x)
+        self._check_image_size(x)
         if torch.is_grad_enabled():  # DDP's buckets: see ops/grad_layout.py
             keep_grad_layouts(self)
         if self.autocast_dtype is not None and \
@@ -406,7 +423,10 @@ class XCiT(BaseModule):
         outs = []
         for tap, resampler, stride in zip(self._taps(x),
                                           self.resamplers, self.out_strides):
-            outs.append(crop(resampler(tap), H, W, stride).contiguous())
+            level = resampler(tap)
+            if self.out_sizes == 'ceil':  # ours: ceil(H / s) x ceil(W / s)
+                level = crop(level, H, W, stride)
+            outs.append(level.contiguous())
         return tuple(outs)
 
     def _check_images(self, x: torch.Tensor) -> None:
@@ -418,8 +438,7 @@ class XCiT(BaseModule):
                 x.shape[1] != channels or min(x.shape[0], *x.shape[2:]) < 1:
             raise ValueError(
                 f'XCiT takes a batch of images, a tensor of shape (B, '
-                f'{channels}, H, W) with B, H, W >= 1 (any size: level '
-                f'i is ceil(H / s_i) x ceil(W / s_i)); got '
+                f'{channels}, H, W) with B, H, W >= 1; got '
                 f'{_shape_of(x)}.')
         dtype = next(p.dtype for p in self.patch_embed.parameters())
         autocast = torch.is_autocast_enabled(x.device.type)
@@ -429,6 +448,26 @@ class XCiT(BaseModule):
                 f'torch.autocast float32, float16 or bfloat16), got '
                 f'{x.dtype}: convert them (x.to({dtype})), or the model '
                 f'(model.to({x.dtype})) for another floating dtype.')
+
+    def _check_image_size(self, x: torch.Tensor) -> None:
+        """Images whose token grid the pyramid's max-pooling maps to one
+        row and column at least (``out_sizes='published'`` rounds down),
+        or one paragraph."""
+        side, p = smallest_grid(self.resamplers), self.patch_size
+        H, W = x.shape[-2:]
+        if min((H + p - 1) // p, (W + p - 1) // p) >= side:
+            return
+        pixels = p * (side - 1) + 1
+        raise InputError(  # a ValueError; the tools' one paragraph
+            f'XCiT(out_sizes={self.out_sizes!r}) max-pools its grid of '
+            f'ceil(H / {p}) x ceil(W / {p}) tokens by {side} x {side}, '
+            f'rounding down as the published backbone does, which takes '
+            f'images of at least {pixels} x {pixels} pixels; got shape '
+            f'{tuple(int(n) for n in x.shape)}. Pad the images (as '
+            f"mmdet's and mmseg's data preprocessors do with "
+            f'pad_size_divisor / size_divisor), '
+            f"or build the backbone with out_sizes='ceil' (levels of "
+            f'ceil(H / s) x ceil(W / s) for any H, W >= 1).')
 
     def forward_taps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Outputs of the blocks tapped for the levels returned

@@ -27,6 +27,8 @@ ARCH_SETTINGS: Dict[str, dict] = {
 DEFAULT_ARCH = 'small_12_p16'
 #: Strides of the four pyramid levels.
 OUT_STRIDES: Tuple[int, ...] = (4, 8, 16, 32)
+#: Layouts of the levels' sizes (``out_sizes``; see :mod:`.pyramid`).
+OUT_SIZES = ('published', 'ceil')
 # Blocks tapped for the four pyramid levels (published detection configs).
 DEFAULT_OUT_INDICES = {12: (3, 5, 7, 11), 24: (7, 11, 15, 23)}
 AUTOCAST_DTYPES = (None, 'bfloat16', 'float16')
@@ -105,6 +107,16 @@ def check_out_levels(out_levels: Sequence[int]) -> Tuple[int, ...]:
             f'[0, {n - 1}] (strides {OUT_STRIDES}: (1, 2, 3) for strides '
             f'8, 16, 32), got {out_levels!r}')
     return levels
+
+
+def check_out_sizes(out_sizes: str) -> None:
+    """Validate the layout of the levels' sizes."""
+    if not isinstance(out_sizes, str) or out_sizes not in OUT_SIZES:
+        raise ValueError(
+            f"out_sizes must be 'published' (the levels' sizes of the "
+            f"published backbone: the token grid up-sampled, or max-pooled "
+            f"rounding down, uncropped) or 'ceil' (ours: exactly "
+            f"ceil(H / s) x ceil(W / s) at stride s); got {out_sizes!r}")
 
 
 def _increasing_ints(value, end: int) -> Optional[Tuple[int, ...]]:

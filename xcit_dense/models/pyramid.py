@@ -1,8 +1,22 @@
 """Resampling the tapped token maps to the pyramid's strides, as in the
 published XCiT detection backbone: transposed 2x2 convolutions up (norm and
-GELU between two), identity, or max-pooling down."""
+GELU between two), identity, or max-pooling down.
+
+Two layouts of the levels' sizes (the backbone's ``out_sizes``):
+
+* ``'published'``: what facebookresearch/xcit's ``detection/backbone/xcit.py``
+  computes. The stem's stride-2 3x3 convolutions (padding 1) give a token
+  grid of ``ceil(H / p)`` rows for patch ``p``; the up-samplers multiply it,
+  ``nn.MaxPool2d(k, k)`` rounds down, nothing is cropped: level ``s`` has
+  ``ceil(H / p) * p / s`` rows for ``s <= p`` and ``floor(ceil(H / p) * p
+  / s)`` above (patch 16, 683 columns: 172, 86, 43, 21).
+* ``'ceil'`` (ours): max-pooling in ceil mode and every level cropped to
+  exactly ``ceil(H / s)`` rows (:func:`crop`; 171, 86, 43, 22).
+
+Both are the same for every ``H`` and ``W`` that are multiples of 32.
+"""
 import math
-from typing import List
+from typing import Iterable, List
 
 import torch
 import torch.nn as nn
@@ -99,23 +113,41 @@ class TransposedConvUpsampler(nn.Sequential):
         raise AssertionError('unreachable: ends with a transposed conv')
 
 
-def make_resampler(dim: int, scale: float, norm_cfg: dict) -> nn.Module:
+def make_resampler(dim: int, scale: float, norm_cfg: dict,
+                   out_sizes: str = 'published') -> nn.Module:
     """The module that resamples a token map by ``scale`` (a power of two):
     :class:`TransposedConvUpsampler` up, ``nn.Identity``, or
-    ``nn.MaxPool2d`` down (ceil mode, so odd sizes keep their last row)."""
+    ``nn.MaxPool2d`` down: rounding down as the published backbone's
+    (``out_sizes='published'``), or in ceil mode, keeping the last row of
+    an odd size (``'ceil'``)."""
     if scale == 1:
         return nn.Identity()
     if scale < 1:
         k = round(1 / scale)
-        return nn.MaxPool2d(kernel_size=k, stride=k, ceil_mode=True)
+        return nn.MaxPool2d(kernel_size=k, stride=k,
+                            ceil_mode=out_sizes == 'ceil')
     return TransposedConvUpsampler.build(dim, round(math.log2(scale)),
                                          norm_cfg)
 
 
+def smallest_grid(resamplers: Iterable[nn.Module]) -> int:
+    """Rows (and columns) of the smallest token grid that every one of
+    ``resamplers`` maps to at least one row: a max-pooling that rounds down
+    needs a grid of its window's size; 1 where none does."""
+    sides = [1]
+    for module in resamplers:
+        if isinstance(module, nn.MaxPool2d) and not module.ceil_mode:
+            k, d, pad = (module.kernel_size, module.dilation, module.padding)
+            if all(type(v) is int for v in (k, d, pad)):
+                sides.append(d * (k - 1) + 1 - 2 * pad)
+    return max(sides)
+
+
 def crop(y: torch.Tensor, H: int, W: int, stride: int) -> torch.Tensor:
-    """Pyramid level of an ``H x W`` image at ``stride``: up-sampled maps
-    of a size that is not a multiple of the patch cover a little more than
-    the image; keep ``ceil(H / stride) x ceil(W / stride)``.
+    """Pyramid level of an ``H x W`` image at ``stride`` in the ``'ceil'``
+    layout: up-sampled maps of a size that is not a multiple of the patch
+    cover a little more than the image; keep
+    ``ceil(H / stride) x ceil(W / stride)``.
 
     Written with non-negative operands only: ONNX exporters translate an
     integer floor division into ONNX ``Div``, which truncates, and

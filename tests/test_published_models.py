@@ -426,6 +426,54 @@ def test_segmentor_published_label_maps_equal(tiny_ade20k, tmp_path):
                                          for m in maps['ours']]))) > 1
 
 
+@pytest.mark.parametrize('patch', [16, 8])
+def test_backbone_computes_what_the_published_code_computes(patch):
+    """The backbone as the model index's configs build it (``out_sizes``
+    left at its default) computes the published backbone's forward
+    (restated from facebookresearch/xcit in tests/published_xcit.py), its
+    weights taken in the published key layout, at sizes that are not
+    multiples of 32: every level's shape and values, in eval mode and in
+    training mode (batch statistics, gradients recorded), where the
+    BatchNorms' running statistics follow too."""
+    from published_xcit import Recorded, published_forward
+
+    from xcit_dense import XCiT
+    torch.manual_seed(0)
+    model = XCiT(arch=f'nano_12_p{patch}', depth=4, out_indices=(0, 1, 2, 3))
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            if key.endswith('running_var'):
+                value.uniform_(0.5, 1.5)
+            elif value.is_floating_point():  # every tensor matters
+                value.add_(torch.randn_like(value) * 0.1)
+    published = Recorded(
+        (re.sub(r'^pos_embed\.', 'pos_embeder.', k), v.clone())
+        for k, v in model.state_dict().items())
+    assert sorted('backbone.' + k for k in published) == \
+        sorted(published_backbone_keys(4, patch))
+    heads = model.blocks[0].attn.num_heads
+    for training in (False, True):
+        model.train(training)
+        for H, W in ((72, 100), (50, 66)):
+            x = torch.randn(2, 3, H, W)
+            with torch.set_grad_enabled(training):
+                outs = model(x)
+            with torch.no_grad():
+                refs = published_forward(published, x, patch, heads,
+                                         model.out_indices, training)
+            for level, (out, ref) in enumerate(zip(outs, refs, strict=True)):
+                where = f'{H}x{W}, level {level}, training={training}'
+                assert out.shape == ref.shape, where
+                torch.testing.assert_close(
+                    out.detach(), ref, rtol=0,
+                    atol=1e-4 * ref.abs().max().item(), msg=where)
+    assert published.read == set(published)  # every published weight
+    for key, value in model.state_dict().items():  # running statistics
+        ref = published[re.sub(r'^pos_embed\.', 'pos_embeder.', key)]
+        torch.testing.assert_close(value, ref, rtol=1e-5, atol=1e-6,
+                                   msg=key)
+
+
 def test_backbone_init_cfg_from_a_url(loopback, tmp_path, monkeypatch):
     from xcit_dense import XCiT
     served, url = loopback

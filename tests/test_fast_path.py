@@ -398,24 +398,39 @@ def test_backend_selection():
         kernels.linear(x.view(1, 1), x.view(1, 1), None, act='relu')
 
 
-def test_bf16_autocast_close_to_fp32():
+def test_bf16_autocast_matches_reference_under_the_same_autocast():
     """Under an outer autocast (mmengine's ``fp16=True`` loops on CPU) and
-    with ``autocast_dtype='bfloat16'`` (fp32 maps out, for fp32 heads)."""
+    with ``autocast_dtype='bfloat16'`` (fp32 maps out, for fp32 heads): the
+    fast paths give each level the straightforward computation's dtype
+    under the same autocast (the residual stream fp32 from the first
+    addition of an fp32 layer scale) and its values within bf16's rounding
+    (measured: 5.6e-3 of a level's largest value), both near fp32."""
     model = randomized('nano_12_p16').eval()
     x = torch.randn(1, 3, 64, 64)
-    with torch.no_grad():
-        refs = model(x)
+
+    def under_bf16():
         with torch.autocast('cpu', dtype=torch.bfloat16):
             outer = model(x)
         model.autocast_dtype = 'bfloat16'
-        own = model(x)
-    assert all(o.dtype == torch.bfloat16 for o in outer)
-    assert all(o.dtype == torch.float32 for o in own)
-    for outs in (outer, own):
-        for out, ref in zip(outs, refs):
-            # bf16 keeps 8 bits of mantissa: compare relative to the scale
-            err = (out.float() - ref).abs().max() / ref.abs().max()
-            assert 1e-5 < err < 0.05, err
+        try:
+            return outer, model(x)
+        finally:
+            model.autocast_dtype = None
+    with torch.no_grad():
+        fp32 = model(x)
+        fast = under_bf16()
+        with fast_path(False):
+            straightforward = under_bf16()
+    assert {o.dtype for o in fast[1]} == {torch.float32}
+
+    def error(a, b):  # bf16 keeps 8 bits of mantissa: relative to the scale
+        return ((a.float() - b.float()).abs().max() /
+                b.float().abs().max()).item()
+    for outs, refs in zip(fast, straightforward):
+        for level, (out, ref, exact) in enumerate(zip(outs, refs, fp32)):
+            assert out.dtype == ref.dtype, level
+            assert error(out, ref) < 1.5e-2, level
+            assert 1e-5 < error(ref, exact) < 0.05, level
 
 
 @pytest.mark.parametrize('train', [True, False])

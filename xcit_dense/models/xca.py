@@ -101,6 +101,9 @@ class XCA(TimmXCA):
         a block."""
         path = self._fast_path(x)
         if path == SECOND_MOMENTS and type(norm) is nn.LayerNorm:
+            # the stream in the dtype the straightforward addition gives it
+            # (fp32 from a half-precision one and an fp32 layer scale)
+            x = x.to(torch.promote_types(x.dtype, gamma.dtype))
             return self._from_second_moments(x, norm, gamma, drop_path)
         if path == KERNELS:
             # the norm's output in the dtype the qkv layer takes

@@ -176,6 +176,9 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     need no hand-typed ``custom_keys``. All other ``paramwise_cfg`` options
     work as in mmengine; a ``custom_keys`` entry that sets ``decay_mult``
     takes precedence for the parameters it matches.
+    ``paramwise_cfg=dict(apply_no_weight_decay=False)`` leaves the lists
+    out (mmengine's rules alone): the recipes do, to train with the
+    published ``custom_keys`` rule.
 
     ``paramwise_cfg=dict(layer_decay_rate=r)`` (``0 < r <= 1``) scales the
     learning rate of layer ``l`` by ``r ** (top - l)`` as in BEiT and ViTDet:
@@ -213,11 +216,20 @@ class NoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             raise ValueError('paramwise_cfg.merge_groups must be True (merge '
                              'the parameter groups of the same options) or '
                              f'False; got {self.merge_groups!r}.')
+        self.apply_no_weight_decay = paramwise_cfg.pop(
+            'apply_no_weight_decay', True)
+        if not isinstance(self.apply_no_weight_decay, bool):
+            raise ValueError(
+                'paramwise_cfg.apply_no_weight_decay must be True (no weight '
+                "decay on what the modules' no_weight_decay() names) or False "
+                "(mmengine's rules alone); got "
+                f'{self.apply_no_weight_decay!r}.')
         super().__init__(optim_wrapper_cfg, paramwise_cfg)
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         module = model.module if hasattr(model, 'module') else model
-        no_decay = no_weight_decay_params(module)
+        no_decay = (no_weight_decay_params(module)
+                    if self.apply_no_weight_decay else set())
         self._no_decay = {
             id(p) for name, p in module.named_parameters() if name in no_decay
         }

@@ -137,32 +137,3 @@ def test_mask2former_config_builds_and_runs(path):
     _trains_and_predicts_or_runs(
         model, model.panoptic_head.num_things_classes, path)
 
-
-def test_mask2former_optimizer_as_the_swin_recipe():
-    """The backbone at 0.1 of the lr, its norms, gammas, temperatures and
-    positional encoder without weight decay; query and level embeddings
-    without weight decay at the full lr; the rest as configured."""
-    from mmdet.registry import MODELS
-    from mmengine.optim import build_optim_wrapper
-    cfg = Config.fromfile(str(REPO / 'configs' / 'coco' /
-                              'mask2former_xcit_s12_p16_lsj_50e_coco.py'))
-    init_default_scope('mmdet')
-    model = MODELS.build(shrunk(cfg.model))
-    wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
-    group_of = {id(p): g for g in wrapper.optimizer.param_groups
-                for p in g['params']}
-    params = dict(model.named_parameters())
-
-    def lr_wd(name):
-        group = group_of[id(params[name])]
-        return group['lr'], group['weight_decay']
-    assert lr_wd('backbone.blocks.0.attn.qkv.weight') == (1e-5, 0.05)
-    for name in ('backbone.blocks.0.norm1.weight', 'backbone.blocks.0.gamma1',
-                 'backbone.blocks.0.attn.temperature',
-                 'backbone.pos_embed.token_projection.weight'):
-        assert lr_wd(name) == (1e-5, 0.0), name
-    for name in ('panoptic_head.query_embed.weight',
-                 'panoptic_head.query_feat.weight',
-                 'panoptic_head.level_embed.weight'):
-        assert lr_wd(name) == (1e-4, 0.0), name
-    assert lr_wd('panoptic_head.cls_embed.weight') == (1e-4, 0.05)

@@ -18,10 +18,14 @@ model = dict(
         loss_decode=dict(loss_weight=0.4)))
 
 optim_wrapper = {{_base_.xcit_optim_wrapper}}
+# the published schedule (mmcv 1.x's poly policy with a linear warm-up):
+# lr(t) = lr * (1 - t / max_iters) * w(t), w rising linearly from 1e-6 to 1
+# over the first 1500 iterations; mmengine's schedulers multiply where they
+# overlap, so the poly decay starts at iteration 0 beside the warm-up
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0,
          end=1500),
-    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=1500,
+    dict(type='PolyLR', power=1.0, eta_min=0.0, by_epoch=False, begin=0,
          end=160000),
 ]
 # mmengine's iteration loop, resumable at any iteration to the same result

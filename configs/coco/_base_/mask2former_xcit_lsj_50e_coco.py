@@ -3,13 +3,10 @@
 # (configs/mask2former/mask2former_swin-t-p4-w7-224_8xb2-lsj-50e_coco.py on
 # mask2former_r50_8xb2-lsj-50e_coco.py: 100 queries, AdamW lr 1e-4, weight
 # decay 0.05, gradient clipping at 0.01, 16 images per batch) with the XCiT
-# backbone in place of Swin. As that recipe does: the backbone at 0.1 of the
-# lr, no weight decay on norms and on the query and level embeddings; for
-# XCiT also none on its layer-scale gammas, XCA temperatures and positional
-# encoder (our constructor). Instance segmentation only: the embedded demo
-# data has no panoptic annotations. No XCiT result has been published for
-# this head. Per-model files change only the preset, the head input
-# channels, drop path and eta.
+# backbone in place of Swin, and that recipe's parameter rules (below).
+# Instance segmentation only: the embedded demo data has no panoptic
+# annotations. No XCiT result has been published for this head. Per-model
+# files change only the preset, the head input channels, drop path and eta.
 _base_ = ['mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
           '../../_base_/xcit_backbone.py',
           './instance_seg_tta.py']  # tools/test.py --tta
@@ -31,16 +28,25 @@ model = dict(
     train_cfg=dict(assigner=dict(type='xcit_dense.Float32HungarianAssigner')),
     init_cfg=None)
 
+# The Swin recipe's parameter rules (mmdet's
+# mask2former_swin-t-p4-w7-224_8xb2-lsj-50e_coco.py): the backbone at 0.1
+# of the lr; no weight decay on the backbone's norms (Swin's custom_keys
+# name each block's norm layers; XCiT's are the blocks' norm1-3, the
+# parameters the published XCiT rule exempts), the query and level
+# embeddings and the heads' norm layers (norm_decay_mult).
+_backbone_norm = dict(lr_mult=0.1, decay_mult=0.0)
 _embed = dict(lr_mult=1.0, decay_mult=0.0)
+# keys for 24 blocks: the 12-block presets' parameters never match 12-23
+_custom_keys = dict(
+    {f'backbone.blocks.{i}.norm': _backbone_norm for i in range(24)},
+    backbone=dict(lr_mult=0.1, decay_mult=1.0),
+    query_embed=_embed, query_feat=_embed, level_embed=_embed)
 optim_wrapper = dict(
     constructor='xcit_dense.NoDecayOptimWrapperConstructor',
     paramwise_cfg=dict(
-        # 'backbone' without decay_mult: the backbone's own no-decay list
-        # (norms, gammas, temperatures, positional encoder) applies
-        custom_keys=dict(_delete_=True, backbone=dict(lr_mult=0.1),
-                         query_embed=_embed, query_feat=_embed,
-                         level_embed=_embed),
-        norm_decay_mult=0.0))
+        custom_keys=dict(_delete_=True, **_custom_keys),
+        norm_decay_mult=0.0,
+        apply_no_weight_decay=False))
 # Instance segmentation reads the images only: the panoptic maps' directory
 # that mmdet's instance recipe inherits from its panoptic one (and never
 # reads) is dropped, so that the data check does not ask for it.

@@ -47,24 +47,34 @@ train_pipeline = [
 train_dataloader = dict(batch_size=2, num_workers=2,
                         dataset=dict(pipeline=train_pipeline))
 
-# AdamW without weight decay on norms, layer-scale gammas, XCA temperatures
-# and the positional encoder (declared by the backbone itself), in mixed
-# precision. tools/train.py falls back to fp32 on machines without a GPU.
+# The published optimizer (facebookresearch/xcit detection/configs/xcit/
+# mask_rcnn_xcit_*_3x_coco.py): AdamW, no weight decay on the parameters
+# whose name contains 'norm' (custom_keys match substrings of the full
+# name, in mmcv 1.x as in mmengine: the blocks' LayerNorms norm1-3), in
+# mixed precision (tools/train.py falls back to fp32 on machines without a
+# GPU). An option of ours, off: apply_no_weight_decay=True also exempts what
+# the backbone's no_weight_decay() names (layer-scale gammas, XCA
+# temperatures, the positional encoder, its BatchNorms), and mmengine's
+# norm_decay_mult=0. every norm layer of the heads (docs/training.md).
 optim_wrapper = dict(
     type='AmpOptimWrapper',
     constructor='xcit_dense.NoDecayOptimWrapperConstructor',
     optimizer=dict(
         _delete_=True, type='AdamW', lr=1e-4, betas=(0.9, 0.999),
         weight_decay=0.05),
-    paramwise_cfg=dict(norm_decay_mult=0.))
+    paramwise_cfg=dict(custom_keys={'norm': dict(decay_mult=0.)},
+                       apply_no_weight_decay=False))
 
 max_epochs = 36
 # mmengine's epoch loop, resumable at any iteration to the same result
 train_cfg = dict(
     type='xcit_dense.EpochBasedTrainLoop', max_epochs=max_epochs)
+# the published schedule: a linear warm-up over 500 iterations from 0.001 of
+# the lr (its _base_/schedules/schedule_1x.py, as mmdet's schedule_1x.py
+# here), lr x0.1 after epochs 27 and 33
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0,
-         end=1000),
+         end=500),
     dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True,
          milestones=[27, 33], gamma=0.1),
 ]

@@ -29,9 +29,8 @@ import torch
 import torch.nn as nn
 
 from ..errors import CheckpointError
-from ..models.backbone import PUBLISHED_NAMES
 from .files import read_checkpoint
-from .keys import mismatch_paragraph, without_module_prefix
+from .keys import PUBLISHED_NAMES, mismatch_paragraph, without_module_prefix
 
 # Top-level weights of the classification model that the backbone does not
 # have: class token(s), class-attention blocks, final norm, heads.
@@ -89,7 +88,7 @@ def convert_state_dict(state_dict: Mapping[str, torch.Tensor]
 
     Strips the ``module.`` (DDP) and ``backbone.`` (DINO, detectors)
     prefixes, renames the official ``pos_embeder`` to ``pos_embed``
-    (:data:`~xcit_dense.models.backbone.PUBLISHED_NAMES`) and drops what the
+    (:data:`.keys.PUBLISHED_NAMES`) and drops what the
     backbone has no use for.
 
     Returns:

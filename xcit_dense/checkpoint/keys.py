@@ -1,9 +1,16 @@
-"""What every checkpoint loader shares: DDP's ``module.`` prefix removed,
-and the paragraph a strict comparison ends with when keys do not match."""
+"""What every checkpoint loader shares: the published code's names of our
+weights, DDP's ``module.`` prefix removed, and the paragraph a strict
+comparison ends with when keys do not match."""
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 #: keys named in a mismatch paragraph before "... (+N more)"
 SHOWN_KEYS = 12
+
+#: the published code's names of backbone weights that differ from ours
+#: (facebookresearch/xcit: its ImageNet checkpoints and its detection and
+#: segmentation backbone call the positional encoder ``pos_embeder``); a
+#: state dict with them loads as one with ours
+PUBLISHED_NAMES = (('pos_embeder.', 'pos_embed.'), )
 
 
 def without_module_prefix(state_dict: Mapping) -> Dict:

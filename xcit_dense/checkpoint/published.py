@@ -27,8 +27,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 
 from ..errors import CheckpointError
-from ..models.backbone import PUBLISHED_NAMES
-from .keys import mismatch_paragraph, without_module_prefix
+from .keys import PUBLISHED_NAMES, mismatch_paragraph, without_module_prefix
 
 # Every difference of the published weights' names from ours: the
 # backbone's (which it also reads itself when loading).

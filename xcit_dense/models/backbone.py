@@ -27,6 +27,8 @@ from mmengine.model import BaseModule
 from timm.layers import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..checkpoint import load_backbone_checkpoint
+from ..checkpoint.keys import PUBLISHED_NAMES
 from ..errors import InputError, first_line
 from ..precision import requested_autocast
 from ..registry import MODELS
@@ -53,12 +55,6 @@ from .presets import (
 )
 from .pyramid import crop, make_resampler, smallest_grid
 from .stem import ConvPatchEmbed
-
-#: the published code's names of backbone weights that differ from ours
-#: (facebookresearch/xcit: its ImageNet checkpoints and its detection and
-#: segmentation backbone call the positional encoder ``pos_embeder``); a
-#: state dict with them loads as one with ours
-PUBLISHED_NAMES = (('pos_embeder.', 'pos_embed.'), )
 
 #: what an explicit ``cuda_graphs`` replays on the devices graphs run on
 _GRAPHED = {False: frozenset(), True: frozenset({'infer'}),
@@ -589,7 +585,6 @@ class XCiT(BaseModule):
             super().init_weights()
         finally:
             self.init_cfg = init_cfg
-        from ..checkpoint import load_backbone_checkpoint
         cfg = dict(pretrained[0])
         del cfg['type']
         load_backbone_checkpoint(self, cfg.pop('checkpoint'),

@@ -414,8 +414,8 @@ def inference_replays(monkeypatch):
     """Inference graphs on the CPU (tests/test_cuda_graphs.py): a capture
     that runs the forward once and a replay that runs it again on the
     static input into the static outputs; returns the list of replays."""
-    from xcit_dense.models import cuda_graphs
-    monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
+    from xcit_dense.models.execution import cuda_graphs
+    monkeypatch.setattr(cuda_graphs.keys, 'DEVICES', ('cpu', 'cuda'))
     done = []
 
     def capture(forward, x, pool):
@@ -443,8 +443,8 @@ def training_replays(monkeypatch):
     buffers in the memory pool it was given (the graphs of one pool write
     the same buffers, as a real pool's graphs may write where another's
     outputs were) and returns those; returns the list of replays."""
-    from xcit_dense.models import cuda_graphs
-    monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
+    from xcit_dense.models.execution import cuda_graphs
+    monkeypatch.setattr(cuda_graphs.keys, 'DEVICES', ('cpu', 'cuda'))
     done, pools = [], {}
 
     def capture(step, x, pool):

@@ -643,7 +643,8 @@ def test_captures_beside_a_thread_that_pins_memory(no_tf32):
     ``make_graphed_callables`` can, else run eagerly, said once."""
     import threading
 
-    from xcit_dense.models import cuda_graphs
+    from xcit_dense.models.execution import cuda_graphs
+    from xcit_dense.models.execution.cuda_graphs import capture
     done, errors, pinned = threading.Event(), [], []
     thread = threading.Thread(target=_pin_memory_loop,
                               args=(done, errors, pinned), daemon=True)
@@ -664,7 +665,7 @@ def test_captures_beside_a_thread_that_pins_memory(no_tf32):
             for _ in range(4):
                 sum(o.sum() for o in net(x)).backward()
         torch.cuda.synchronize()
-        if cuda_graphs.TRAINING_CAPTURE_THREAD_LOCAL:
+        if capture.TRAINING_CAPTURE_THREAD_LOCAL:
             assert net.training_graphs.captures == 1 and messages == []
         else:
             assert net.training_graphs.captures == 0

@@ -1,8 +1,8 @@
 """Inference replayed from CUDA graphs (``XCiT(cuda_graphs=True)``,
-xcit_dense/models/cuda_graphs.py): when a forward is captured, when it is
-replayed, and that nothing the model is changed into is bypassed. On the
-CPU with a stand-in for the capture that counts captures and replays (a
-real capture needs CUDA: tests/test_cuda.py)."""
+xcit_dense/models/execution/cuda_graphs/inference.py): when a forward is
+captured, when it is replayed, and that nothing the model is changed into
+is bypassed. On the CPU with a stand-in for the capture that counts
+captures and replays (a real capture needs CUDA: tests/test_cuda.py)."""
 import copy
 import io
 import logging
@@ -12,7 +12,9 @@ import torch
 import torch.nn as nn
 
 from xcit_dense import XCiT, fast_path
-from xcit_dense.models import cuda_graphs, policy
+from xcit_dense.models import policy
+from xcit_dense.models.execution import cuda_graphs
+from xcit_dense.models.execution.cuda_graphs import inference, keys, recurrence
 
 from conftest import (
     BROKEN_CAPTURE,
@@ -92,7 +94,7 @@ def test_a_changed_model_is_captured_anew(replays, monkeypatch):
     method, a plain attribute edited, a parameter given new storage: each
     captures anew. In-place updates of parameters are what a real replay
     reads, so they capture nothing."""
-    monkeypatch.setattr(cuda_graphs, 'MAX_CHANGES', 100)  # a change a call
+    monkeypatch.setattr(inference, 'MAX_CHANGES', 100)  # a change a call
     net = model()
     infer(net)
     block = net.blocks[0]
@@ -187,12 +189,12 @@ def test_the_model_is_looked_at_while_the_last_graph_replays(
     fingerprint is taken (on a GPU, the CPU's walk over the modules runs
     while the GPU replays)."""
     order = []
-    fingerprint = cuda_graphs.fingerprint
+    fingerprint = keys.fingerprint
 
     def logged_fingerprint(model):
         order.append(len(replays))  # replays launched before each look
         return fingerprint(model)
-    monkeypatch.setattr(cuda_graphs, 'fingerprint', logged_fingerprint)
+    monkeypatch.setattr(keys, 'fingerprint', logged_fingerprint)
     net = model()
     for _ in range(3):
         infer(net)
@@ -245,7 +247,7 @@ def test_outputs_are_the_callers_and_graphs_are_bounded(replays,
     first[0].zero_()
     for out, ref in zip(infer(net), reference):
         torch.testing.assert_close(out, ref, rtol=0, atol=0)
-    monkeypatch.setattr(cuda_graphs, 'MAX_GRAPHS', 2)
+    monkeypatch.setattr(inference, 'MAX_GRAPHS', 2)
     for h in (32, 48, 64):
         infer(net, torch.randn(1, 3, h, 32))
     # full: a new input replaces the least used graph only if it came
@@ -307,7 +309,7 @@ def warnings_of(net, calls):
 
 
 def test_a_failed_capture_runs_eagerly_and_says_so_once(monkeypatch):
-    monkeypatch.setattr(cuda_graphs, 'DEVICES', ('cpu', 'cuda'))
+    monkeypatch.setattr(keys, 'DEVICES', ('cpu', 'cuda'))
     attempts = []
 
     def failing(forward, x, pool):
@@ -374,12 +376,12 @@ def test_a_model_that_changes_on_every_call_stops_the_graphs(replays):
 def looks(monkeypatch):
     """How many times the model was looked at (``fingerprint``)."""
     calls = []
-    fingerprint = cuda_graphs.fingerprint
+    fingerprint = keys.fingerprint
 
     def counted(net):
         calls.append(1)
         return fingerprint(net)
-    monkeypatch.setattr(cuda_graphs, 'fingerprint', counted)
+    monkeypatch.setattr(keys, 'fingerprint', counted)
     return calls
 
 
@@ -428,7 +430,7 @@ def test_auto_keeps_the_graphs_of_the_inputs_that_come_most(
     calls); one that came twice as often as the least used kept input
     replaces it, not the least recently used."""
     monkeypatch.setitem(policy.GRAPHS, 'cpu', frozenset({'infer'}))
-    monkeypatch.setattr(cuda_graphs, 'MAX_GRAPHS', 2)
+    monkeypatch.setattr(inference, 'MAX_GRAPHS', 2)
     net = model('auto')
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
@@ -463,4 +465,4 @@ def test_graph_admission_tool_prices_both_policies():
         rows[('20 uniform', 'lru')]
     assert admitted[0] <= 12 and lru[0] > 100
     assert admitted[3] < 1 < lru[3]
-    assert cuda_graphs.ADMISSION == 2  # the patches undone
+    assert recurrence.ADMISSION == 2  # the patches undone

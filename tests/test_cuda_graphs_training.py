@@ -1,5 +1,5 @@
 """Training steps replayed from CUDA graphs (``XCiT(cuda_graphs='train')``,
-xcit_dense/models/cuda_graphs.py ``GraphedTraining``): when a step is
+xcit_dense/models/execution/cuda_graphs/training.py): when a step is
 captured, that its gradients and BatchNorm statistics are an eager step's,
 and when it runs eagerly instead. On the CPU with a stand-in for
 ``torch.cuda.make_graphed_callables`` (its warm-up iterations, then one
@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from xcit_dense import XCiT
-from xcit_dense.models import cuda_graphs, policy
+from xcit_dense.models import policy
+from xcit_dense.models.execution import cuda_graphs
+from xcit_dense.models.execution.cuda_graphs import capture, keys
 
 from conftest import (
     BROKEN_CAPTURE,
@@ -76,8 +78,8 @@ def test_steps_that_repeat_are_replayed_as_eager_steps(replays,
     parameters after the optimizer and BatchNorm's running statistics are
     the eager steps' (the capture's warm-up iterations leave no trace)."""
     order = []
-    fingerprint = cuda_graphs.fingerprint
-    monkeypatch.setattr(cuda_graphs, 'fingerprint', lambda net: order.append(
+    fingerprint = keys.fingerprint
+    monkeypatch.setattr(keys, 'fingerprint', lambda net: order.append(
         len(replays)) or fingerprint(net))  # replays launched before a look
     net, eager = model(), model(cuda_graphs=False)
     opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
@@ -354,8 +356,8 @@ def test_auto_captures_steps_that_repeat_in_a_row(replays, monkeypatch):
     captured."""
     monkeypatch.setitem(policy.GRAPHS, 'cpu', frozenset({'infer', 'train'}))
     looks = []
-    fingerprint = cuda_graphs.fingerprint
-    monkeypatch.setattr(cuda_graphs, 'fingerprint',
+    fingerprint = keys.fingerprint
+    monkeypatch.setattr(keys, 'fingerprint',
                         lambda net: looks.append(1) or fingerprint(net))
     net, eager = model('auto'), model(cuda_graphs=False)
     opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
@@ -443,7 +445,7 @@ def test_a_pinning_data_loader_keeps_training_steps_eager(
     training steps run eagerly, said once; a thread-local capture is taken
     beside it."""
     assert cuda_graphs.pinning_threads(), 'the DataLoader named it anew'
-    monkeypatch.setattr(cuda_graphs, 'TRAINING_CAPTURE_THREAD_LOCAL', False)
+    monkeypatch.setattr(capture, 'TRAINING_CAPTURE_THREAD_LOCAL', False)
     net, eager = model(), model(cuda_graphs=False)
     opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
     with logged(level=logging.WARNING) as messages:
@@ -453,7 +455,7 @@ def test_a_pinning_data_loader_keeps_training_steps_eager(
     assert len(messages) == 1 and 'pin_memory=True' in messages[0], messages
     assert '_pin_memory_loop' in messages[0]
 
-    monkeypatch.setattr(cuda_graphs, 'TRAINING_CAPTURE_THREAD_LOCAL', True)
+    monkeypatch.setattr(capture, 'TRAINING_CAPTURE_THREAD_LOCAL', True)
     net = model()
     with logged(level=logging.WARNING) as messages:
         for _ in range(4):
@@ -475,7 +477,7 @@ def test_a_capture_runs_the_step_on_leaves_of_its_own():
     x = X.clone()
     outs = net(x)  # held: its graph holds the parameters' accumulators
     held = {n: p for n, p in net.named_parameters()}
-    step = cuda_graphs._Step(net, net._forward_pyramid)
+    step = cuda_graphs.Step(net, net._forward_pyramid)
     run, leaves, params = cuda_graphs.on_leaves_of_its_own(step)
     assert all(a is b for a, b in zip(params, net.parameters()))
     assert all(leaf.is_leaf and leaf is not p and
@@ -578,5 +580,5 @@ def test_launch_delay_tool_times_a_replayed_step():
                       proc.stdout)
     assert found and float(found[1]) > 0 and float(found[2]) > 0, \
         proc.stdout
-    assert cuda_graphs.DEVICES == ('cuda', )
+    assert keys.DEVICES == ('cuda', )
     assert cuda_graphs.GraphedTraining.__dict__['capture'] is capture

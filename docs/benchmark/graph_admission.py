@@ -27,7 +27,8 @@ import torch.nn as nn
 sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))))
 
-from xcit_dense.models import cuda_graphs  # noqa: E402
+from xcit_dense.models.execution import cuda_graphs  # noqa: E402
+from xcit_dense.models.execution.cuda_graphs import recurrence  # noqa: E402
 
 REPLAY = 3.7 / 12.4
 
@@ -78,15 +79,14 @@ def main():
     print(f'| sizes | policy | captures | replays | eager | eager forwards '
           f'per call (capture = {args.capture:g}) |\n'
           '| --- | --- | --- | --- | --- | --- |')
-    with mock.patch.object(cuda_graphs, 'DEVICES', ('cpu', 'cuda')), \
-            mock.patch.object(cuda_graphs.GraphedInference, 'capture',
-                              staticmethod(capture)):
+    with mock.patch.object(cuda_graphs.GraphedInference, 'capture',
+                           staticmethod(capture)):
         for kind, n in (('uniform', 8), ('uniform', 10), ('zipf', 20),
                         ('uniform', 20), ('zipf', 40), ('uniform', 40),
                         ('shift', 10)):
             for policy in ('admission', 'lru'):
                 patches = [] if policy == 'admission' else [
-                    mock.patch.object(cuda_graphs, 'ADMISSION', 0),
+                    mock.patch.object(recurrence, 'ADMISSION', 0),
                     mock.patch.object(cuda_graphs.GraphedInference,
                                       '_least_used', lru)]
                 for patch in patches:

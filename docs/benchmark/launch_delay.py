@@ -6,10 +6,10 @@ does before the replay's launch (counting the input, looking at the model)
 the GPU waits for. This times it without a GPU: a stand-in for the capture
 whose graphed forward records the time it is called, on XCiT-S12 (its 319
 modules are what the look at the model walks), the steps' input tiny. Also
-times ``cuda_graphs.fingerprint`` alone. ``--module`` runs another
-version of ``xcit_dense/models/cuda_graphs.py`` (an older commit's, from
-``git show COMMIT:xcit_dense/models/cuda_graphs.py > FILE``) for a side by
-side comparison::
+times ``cuda_graphs.fingerprint`` alone. ``--module`` runs an older
+commit's ``xcit_dense/models/cuda_graphs.py`` (from ``git show
+COMMIT:xcit_dense/models/cuda_graphs.py > FILE``) for a side by side
+comparison::
 
     python docs/benchmark/launch_delay.py [--module FILE] [--steps 60]
 """
@@ -27,7 +27,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__)))))
 
 from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.models import cuda_graphs  # noqa: E402
+from xcit_dense.models.execution import cuda_graphs  # noqa: E402
 
 
 def graphs_module(path):
@@ -65,9 +65,8 @@ def main():
                 return (None, *(torch.zeros_like(p) for p in params))
         return (lambda x: Replay.apply(x, *params)), pool or object()
     # the CPU graphed with the stand-in, as the tests do; undone after
-    with mock.patch.object(graphs, 'DEVICES', ('cpu', 'cuda')), \
-            mock.patch.object(graphs.GraphedTraining, 'capture',
-                              staticmethod(capture)):
+    with mock.patch.object(graphs.GraphedTraining, 'capture',
+                           staticmethod(capture)):
         torch.manual_seed(0)
         model = XCiT(args.arch).train()
         training_graphs = graphs.GraphedTraining()

@@ -13,32 +13,32 @@ own ``forward`` says.
 It imports neither mmdet nor mmsegmentation; both build it through the
 ``xcit_dense`` registry scope (``dict(type='xcit_dense.XCiT', ...)``).
 """
-import logging
 import re
 import warnings
-from contextlib import nullcontext
 from functools import partial
 from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-from mmengine.logging import MMLogger, print_log
+from mmengine.logging import MMLogger
 from mmengine.model import BaseModule
 from timm.layers import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..checkpoint import load_backbone_checkpoint
 from ..checkpoint.keys import PUBLISHED_NAMES
-from ..errors import InputError, first_line
-from ..precision import requested_autocast
+from ..errors import InputError
 from ..registry import MODELS
-from . import cuda_graphs
 from .block import XCABlock
-from .cuda_graphs import GraphedInference, GraphedTraining
+from .execution import (
+    GraphedInference,
+    GraphedTraining,
+    compile_options,
+    graphed,
+    run_forward,
+)
 from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
 from .policy import check_setting as check_fast_path_setting
-from .policy import compile_options
-from .policy import graphed as graphed_by_policy
 from .positional_encoding import CachedFourierEncoding
 from .presets import (
     DEFAULT_ARCH,
@@ -55,10 +55,6 @@ from .presets import (
 )
 from .pyramid import crop, make_resampler, smallest_grid
 from .stem import ConvPatchEmbed
-
-#: what an explicit ``cuda_graphs`` replays on the devices graphs run on
-_GRAPHED = {False: frozenset(), True: frozenset({'infer'}),
-            'train': frozenset({'infer', 'train'})}
 
 
 def pretrained_as_init_cfg(pretrained: Optional[str], init_cfg):
@@ -326,93 +322,20 @@ class XCiT(BaseModule):
         self._check_image_size(x)
         if torch.is_grad_enabled():  # DDP's buckets: see ops/grad_layout.py
             keep_grad_layouts(self)
-        if self.autocast_dtype is not None and \
-                not torch.is_autocast_enabled(x.device.type):
-            with requested_autocast(
-                    x.device.type, self.autocast_dtype,
-                    f'XCiT(autocast_dtype={self.autocast_dtype!r})',
-                    'the backbone'):
-                outs = self._forward_maybe_compiled(x)
-            return tuple(o.float() for o in outs)
-        return self._forward_maybe_compiled(x)
-
-    def _forward_maybe_compiled(
-            self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        options = self.compile_options(x.device.type)
-        if options is None or torch.compiler.is_compiling() or \
-                torch.jit.is_tracing():
-            graphed = self.graphed(x.device.type)
-            auto = self.cuda_graphs == 'auto'
-            if 'infer' in graphed and cuda_graphs.applies(self, x):
-                return self.graphs(self, self._forward_pyramid, x, auto)
-            if 'train' in graphed and \
-                    cuda_graphs.applies_to_training(self, x):
-                return self.training_graphs(self, self._forward_pyramid, x,
-                                            auto)
-            return self._forward_pyramid(x)
-        try:
-            compiled = self.__dict__.get('_compiled_forward')
-            if compiled is None:  # compiled lazily, on the first call
-                compiled = torch.compile(type(self)._forward_pyramid,
-                                         **_inductor_fixes(options))
-                self.__dict__['_compiled_forward'] = compiled
-            with _backward_compiled_with_forward():
-                outs = compiled(self, x)
-        except Exception as error:  # the compiler's failure, or the model's
-            failure = first_line(error)
-        else:
-            if torch.is_grad_enabled() and options.get('backend') != 'eager':
-                for out in outs:  # before the compiled backward runs
-                    if out.grad_fn is not None:
-                        out.grad_fn.register_prehook(
-                            self._compiled_backward_not_recorded)
-            return outs
-        # the eager forward decides: if it fails too, its error is the
-        # model's own and is raised alone; if it runs, compiling stops here
-        outs = self._forward_pyramid(x)
-        self.compile_failure = failure
-        print_log(
-            f'XCiT: torch.compile of the backbone failed ({failure}); the '
-            f'backbone runs eagerly from now on. Set '
-            f'model.backbone.compile_cfg=None to skip compiling.',
-            logger='current', level=logging.WARNING)
-        return outs
-
-    def _compiled_backward_not_recorded(self, grad_outputs) -> None:
-        """Before a compiled forward's backward: if that backward is
-        recorded (``create_graph=True``: second derivatives, which
-        AOTAutograd's compiled backward does not give), compiling stops
-        and this step with a message."""
-        if not torch.is_grad_enabled():
-            return
-        self.compile_failure = ('a backward through it was recorded '
-                                '(create_graph=True)')
-        raise RuntimeError(
-            'XCiT: this step ran the compiled backbone, whose backward '
-            "(AOTAutograd's) cannot be differentiated again "
-            '(create_graph=True: a gradient penalty). The backbone runs '
-            'eagerly from the next step on, where second derivatives are '
-            'exact; to have them from the start, set '
-            'model.backbone.compile_cfg=None.')
+        return run_forward(self, x)  # autocast, compiled, graphed or eager
 
     def compile_options(self, device_type: str) -> Optional[dict]:
         """The ``torch.compile`` arguments of a forward on
         ``device_type``, or ``None`` (eager): ``compile_cfg``, with
         ``'auto'`` resolved by the policy; ``None`` once compiling has
         failed (its error is kept in ``compile_failure``)."""
-        if self.compile_failure is not None:
-            return None
-        if self.compile_cfg == 'auto':
-            return compile_options(device_type)
-        return self.compile_cfg
+        return compile_options(self, device_type)
 
     def graphed(self, device_type: str) -> FrozenSet[str]:
         """What ``cuda_graphs`` replays from CUDA graphs on
         ``device_type``: ``'infer'``, ``'train'``, both or neither, with
         ``'auto'`` resolved by the policy (:data:`~.policy.GRAPHS`)."""
-        if self.cuda_graphs == 'auto':
-            return graphed_by_policy(device_type)
-        return _GRAPHED[self.cuda_graphs]
+        return graphed(self, device_type)
 
     def _forward_pyramid(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         H, W = x.shape[-2:]
@@ -591,34 +514,6 @@ class XCiT(BaseModule):
                                  logger=MMLogger.get_current_instance(),
                                  **cfg)
         self._is_init = True
-
-
-def _inductor_fixes(options: dict) -> dict:
-    """``options`` for ``torch.compile``, less what is known to fail:
-    Inductor's memory-coalescing analysis of tiled kernels (PyTorch 2.11,
-    ``tiling_utils.get_pw_red_splits``) asserts on the backbone's training
-    graph with dynamic shapes (H200, 2026-11-25; its config notes that it
-    does not apply to dynamic shapes yet), so it is off where shapes may
-    become dynamic (``dynamic`` not ``False``). Only for Inductor and where
-    no ``mode`` or ``options`` were given, which ``torch.compile`` takes one
-    at a time."""
-    if options.get('dynamic') is False or 'mode' in options or \
-            'options' in options or \
-            options.get('backend', 'inductor') != 'inductor':
-        return options
-    return dict(options,
-                options={'triton.coalesce_tiling_analysis': False})
-
-
-def _backward_compiled_with_forward():
-    """AOTAutograd compiles a graph's backward on its first use, inside
-    ``loss.backward()``, where a compiler failure could only end the run;
-    compiled with the forward instead, it fails where the backbone falls
-    back (a no-op on a PyTorch without the switch)."""
-    config = torch._functorch.config
-    if not hasattr(config, 'force_non_lazy_backward_lowering'):
-        return nullcontext()
-    return config.patch(force_non_lazy_backward_lowering=True)
 
 
 #: the images' dtypes that autocast casts for the stem's convolutions

@@ -128,7 +128,7 @@ COMPILE: Dict[str, dict] = {}
 #: eager default and passed the tests (``tests/test_cuda.py`` replays both
 #: equal to eager calls); a device type not listed runs eagerly. The
 #: measurements: docs/performance.md, "GPU". ``'auto'`` captures only
-#: inputs that recur (:mod:`xcit_dense.models.cuda_graphs`).
+#: inputs that recur (:mod:`xcit_dense.models.execution.cuda_graphs`).
 GRAPHS: Dict[str, FrozenSet[str]] = {'cuda': frozenset({'infer', 'train'})}
 
 

@@ -10,7 +10,7 @@ static compilation is within 1e-4 (``tests/test_cuda.py``,
 one after the other, with H and W marked dynamic (``mark_dynamic``) as
 multi-scale training varies them, in training mode, TF32 off, the fast
 paths that pay only for large inputs taken at any size (as the test
-does), with the backbone's compile options (``_inductor_fixes``):
+does), with the backbone's compile options (``inductor_fixes``):
 
 * ``whole``: the backbone's forward (``compile_cfg=dict(dynamic=None)``,
   as the test), its levels and the largest gradient difference;
@@ -59,7 +59,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
 from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.models.backbone import _inductor_fixes  # noqa: E402
+from xcit_dense.models.execution.compile import inductor_fixes  # noqa: E402
 from xcit_dense.models.ops import onednn, second_moments  # noqa: E402
 from xcit_dense.models.pyramid import TransposedConvUpsampler  # noqa: E402
 
@@ -171,7 +171,7 @@ def probe(args, results):
 
     def run(name, function, inputs_by_size, params):
         torch._dynamo.reset()
-        compiled = torch.compile(function, **_inductor_fixes(
+        compiled = torch.compile(function, **inductor_fixes(
             dict(backend=args.backend, dynamic=None)))
         for (h, w), inputs in zip(sizes, inputs_by_size):
             try:

@@ -34,7 +34,7 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
     osp.abspath(__file__))))))
 
 from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.models import cuda_graphs  # noqa: E402
+from xcit_dense.models.execution import cuda_graphs  # noqa: E402
 
 PHASES = ('zero_grad', 'forward', 'loss', 'backward')
 

@@ -1,4 +1,5 @@
 import contextlib
+import copy
 import functools
 import gc
 import importlib
@@ -409,23 +410,49 @@ def stand_in_replay():
         STAND_IN_REPLAYS.pop()
 
 
+def as_captured(forward, leaves=None):
+    """What a CUDA graph holds of ``forward`` (a module's bound method, or a
+    module) once captured, as a copy: the modules, their attributes and
+    hooks as they are now (a module, attribute or tensor set afterwards is
+    not in it), computing on the memory the parameters and buffers have now
+    (in-place updates are read, as a replay reads them); ``leaves`` maps
+    parameters to the tensors that stand for them in the capture."""
+    owner = getattr(forward, '__self__', forward)
+    memo = {id(p): leaf for p, leaf in (leaves or {}).items()}
+    for t in (*owner.parameters(), *owner.buffers()):
+        memo.setdefault(id(t), t.detach())
+    return copy.deepcopy(forward, memo)
+
+
 @pytest.fixture
 def inference_replays(monkeypatch):
     """Inference graphs on the CPU (tests/test_cuda_graphs.py): a capture
-    that runs the forward once and a replay that runs it again on the
-    static input into the static outputs; returns the list of replays."""
+    that copies the forward as it is (:func:`as_captured`) and a replay
+    that runs that copy on the capture's static input into its static
+    outputs, as a graph replays the computation it recorded: a replay
+    whose input was not copied in, whose outputs are stale, or that is
+    another model's, gives other outputs than the model's forward;
+    returns the list of replays."""
     from xcit_dense.models.execution import cuda_graphs
     monkeypatch.setattr(cuda_graphs.keys, 'DEVICES', ('cpu', 'cuda'))
     done = []
 
     def capture(forward, x, pool):
-        static = x.clone()
-        outs = tuple(forward(static))
+        static, captured = x.clone(), as_captured(forward)
+        # replayed in the autocast state of its capture, as its kernels are
+        autocast = torch.autocast(
+            'cpu', dtype=torch.get_autocast_dtype('cpu'),
+            enabled=torch.is_autocast_enabled('cpu'))
+        # the capture runs the model's forward (its Python: a module that
+        # sets an attribute sets it), but no kernel: nothing in its outputs
+        with autocast:
+            outs = tuple(torch.full_like(o, float('nan'))
+                         for o in forward(static))
 
         def replay():
             done.append(static.shape)
-            with stand_in_replay():
-                for out, new in zip(outs, forward(static)):
+            with stand_in_replay(), autocast:
+                for out, new in zip(outs, captured(static)):
                     out.copy_(new)
         return static, outs, replay, pool
     monkeypatch.setattr(cuda_graphs.GraphedInference, 'capture',
@@ -438,11 +465,14 @@ def training_replays(monkeypatch):
     """Training graphs on the CPU (tests/test_cuda_graphs_training.py): a
     capture that runs the warm-up iterations ``make_graphed_callables``
     runs (forward and gradients, BatchNorm statistics updated) and returns
-    its graphed forward's stand-in, which, as the real one, computes the
-    gradients of the parameters that required them at the capture into
-    buffers in the memory pool it was given (the graphs of one pool write
-    the same buffers, as a real pool's graphs may write where another's
-    outputs were) and returns those; returns the list of replays."""
+    its graphed forward's stand-in, which, as the real one, copies the
+    input into its static input and runs the step as captured
+    (:func:`as_captured`, on the capture's leaves) into its static outputs,
+    which it returns, and computes the gradients of the parameters that
+    required them at the capture into buffers in the memory pool it was
+    given (the graphs of one pool write the same buffers, as a real pool's
+    graphs may write where another's outputs were), which it hands on;
+    returns the list of replays."""
     from xcit_dense.models.execution import cuda_graphs
     monkeypatch.setattr(cuda_graphs.keys, 'DEVICES', ('cpu', 'cuda'))
     done, pools = [], {}
@@ -450,9 +480,7 @@ def training_replays(monkeypatch):
     def capture(step, x, pool):
         pool = object() if pool is None else pool
         # the warm-up on leaves of its own, as the real capture's; the
-        # replay takes the parameters and hands its gradients to them (it
-        # reruns the step as the model is now: a graph replays it as it was
-        # at the capture, which only matters for a replay that is dropped)
+        # replay takes the parameters and hands its gradients to them
         run, leaves, params = cuda_graphs.on_leaves_of_its_own(step)
         trained = [i for i, p in enumerate(params) if p.requires_grad]
         buffers = pools.setdefault(
@@ -463,20 +491,26 @@ def training_replays(monkeypatch):
             torch.autograd.grad(outs, [leaves[i] for i in trained],
                                 [torch.ones_like(o) for o in outs],
                                 allow_unused=True)
+        captured = as_captured(step, dict(zip(params, leaves)))
+        static = x.detach().clone().requires_grad_(x.requires_grad)
+        static_outs = [torch.full_like(o, float('nan')) for o in outs]
 
         class Replay(torch.autograd.Function):
             @staticmethod
             def forward(ctx, x, *_):
                 done.append(tuple(x.shape))
+                static.copy_(x)
                 with torch.enable_grad(), stand_in_replay():
-                    ctx.outs = step(x.detach())
-                return tuple(o.detach() for o in ctx.outs)
+                    ctx.outs = captured(static)
+                for out, new in zip(static_outs, ctx.outs):
+                    out.copy_(new)
+                return tuple(o.detach() for o in static_outs)
 
             @staticmethod
             @torch.autograd.function.once_differentiable  # as a replay's
             def backward(ctx, *grads):
                 got = torch.autograd.grad(ctx.outs,
-                                          [params[i] for i in trained],
+                                          [leaves[i] for i in trained],
                                           grads, allow_unused=True)
                 handed = [None] * len(params)
                 for i, buffer, grad in zip(trained, buffers, got):

@@ -1,8 +1,10 @@
 """Inference replayed from CUDA graphs (``XCiT(cuda_graphs=True)``,
 xcit_dense/models/execution/cuda_graphs/inference.py): when a forward is
 captured, when it is replayed, and that nothing the model is changed into
-is bypassed. On the CPU with a stand-in for the capture that counts
-captures and replays (a real capture needs CUDA: tests/test_cuda.py)."""
+is bypassed. On the CPU with a stand-in for the capture that replays the
+forward as it was captured, from the graph's static input into its static
+outputs (tests/conftest.py, ``inference_replays``; a real capture needs
+CUDA: tests/test_cuda.py)."""
 import copy
 import io
 import logging
@@ -55,12 +57,13 @@ def infer(net, x=X):
 def test_one_capture_per_signature_then_replays(replays):
     """A shape, dtype, autocast state, inference mode, TF32 setting or
     switch seen before is replayed; a new one is captured; the outputs are
-    the eager forward's."""
+    the eager forward's (of each input: other images of a size seen before
+    are copied into the graph's input)."""
     net = model()
     eager = copy.deepcopy(net)
     eager.cuda_graphs = False
     small = torch.randn(2, 3, 32, 48)
-    for x, captures in ((X, 1), (X, 1), (small, 2), (X, 2)):
+    for x, captures in ((X, 1), (X.flip(-1), 1), (small, 2), (X, 2)):
         for out, ref in zip(infer(net, x), infer(eager, x)):
             torch.testing.assert_close(out, ref, rtol=0, atol=0)
         assert net.graphs.captures == captures
@@ -241,9 +244,14 @@ def test_a_trace_is_not_replayed(replays):
 
 def test_outputs_are_the_callers_and_graphs_are_bounded(replays,
                                                        monkeypatch):
+    """The outputs are the caller's: the next replay does not write them,
+    nor does writing them change the graph's."""
     net = model()
     first = infer(net)
     reference = [o.clone() for o in first]
+    infer(net, X.flip(-1))  # replayed into the graph's own outputs
+    for out, ref in zip(first, reference):
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
     first[0].zero_()
     for out, ref in zip(infer(net), reference):
         torch.testing.assert_close(out, ref, rtol=0, atol=0)

@@ -3,8 +3,10 @@ xcit_dense/models/execution/cuda_graphs/training.py): when a step is
 captured, that its gradients and BatchNorm statistics are an eager step's,
 and when it runs eagerly instead. On the CPU with a stand-in for
 ``torch.cuda.make_graphed_callables`` (its warm-up iterations, then one
-autograd node whose forward and backward rerun the module); a real capture
-needs CUDA: tests/test_cuda.py."""
+autograd node whose forward and backward run the step as it was captured,
+between the graph's static input, outputs and gradient buffers:
+tests/conftest.py, ``training_replays``); a real capture needs CUDA:
+tests/test_cuda.py."""
 import copy
 import logging
 import queue
@@ -59,7 +61,7 @@ def same_buffers(net, eager):
 
 def same_steps(net, eager, opts, x=X):
     """A step of each model (``opts``: their optimizers): the same outputs,
-    gradients and BatchNorm statistics."""
+    gradients and BatchNorm statistics; ``net``'s outputs."""
     outs, grads = step(net, opts[0], x)
     ref_outs, ref_grads = step(eager, opts[1], x)
     for out, ref in zip(outs, ref_outs):
@@ -68,6 +70,7 @@ def same_steps(net, eager, opts, x=X):
         torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4,
                                    atol=1e-6, msg=name)
     same_buffers(net, eager)
+    return outs
 
 
 def test_steps_that_repeat_are_replayed_as_eager_steps(replays,
@@ -76,16 +79,23 @@ def test_steps_that_repeat_are_replayed_as_eager_steps(replays,
     the graph launched before the model is looked at (on a GPU, the CPU's
     walk over the modules runs while the GPU replays); outputs, gradients,
     parameters after the optimizer and BatchNorm's running statistics are
-    the eager steps' (the capture's warm-up iterations leave no trace)."""
+    the eager steps' (the capture's warm-up iterations leave no trace), for
+    other images of the size too, and each step's outputs stay the
+    caller's (the next replay writes the graph's own)."""
     order = []
     fingerprint = keys.fingerprint
     monkeypatch.setattr(keys, 'fingerprint', lambda net: order.append(
         len(replays)) or fingerprint(net))  # replays launched before a look
     net, eager = model(), model(cuda_graphs=False)
     opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in (net, eager)]
+    held = []
     for i in range(5):
-        same_steps(net, eager, opts)
+        outs = same_steps(net, eager, opts, X.roll(i, -1))
+        held.append((outs, [o.detach().clone() for o in outs]))
         assert net.training_graphs.captures == (i >= 2)
+    for outs, copies in held:
+        for out, copied in zip(outs, copies):
+            torch.testing.assert_close(out, copied, rtol=0, atol=0)
     # not looked at before an input's second step
     assert len(replays) == 3 and order == [0, 0, 2, 3]
     opt = opts[0]

@@ -12,6 +12,7 @@ import functools
 import logging
 import multiprocessing
 import os
+from unittest import mock
 
 import pytest
 import torch
@@ -257,6 +258,55 @@ def test_kernels_in_half_precision_accumulate_in_fp32(dtype, tol):
     assert got[1][0].dtype == dtype
     assert_same(got, (ref[0], [r.to(g.dtype) for g, r in zip(got[1], ref[1])],
                       ref[2]), tol)
+
+
+def cast_model_branch(device, dtype, training):
+    """LPI's branch of a block of a model cast to ``dtype`` (``.half()``,
+    ``.to(torch.bfloat16)``: tokens, residual, layer scale, convolutions
+    and BatchNorm's parameters and statistics all in it), on the fast path
+    and on the straightforward computation: what :func:`run` returns for
+    each (output, gradients of the tokens, the layer scale and the layers'
+    parameters, BatchNorm's buffers afterwards)."""
+    torch.manual_seed(0)
+    H, W, C = 6, 7, 40
+    module = lpi.LPI(C)
+    module.conv1, module.bn, module.conv2 = branch(C)
+    module = module.to(device, dtype).train(training)
+    gamma = (torch.rand(C, device=device) + 0.5).to(dtype)
+    x = (torch.randn(2, H * W, C, device=device) + 1).to(dtype)
+    grad = torch.randn_like(x)
+    taken = []
+    kernels = lpi_kernels.local_interaction
+
+    def step(m, setting):
+        inputs = [t.clone().requires_grad_() for t in (x, gamma)]
+        with fast_path(setting), mock.patch.object(
+                lpi_kernels, 'local_interaction',
+                lambda y, *a, **kw: taken.append(y.shape) or
+                kernels(y, *a, **kw)):
+            out = m.residual_forward(inputs[0], H, W, nn.Identity(),
+                                     inputs[1], nn.Identity())
+        grads = torch.autograd.grad(out, [*inputs, *m.parameters()], grad)
+        return out, grads, [b.clone() for b in m.bn.buffers()]
+    got = step(copy.deepcopy(module), 'always')
+    assert x.shape in taken  # the kernels computed it (and not only probes)
+    taken.clear()
+    ref = step(module, False)
+    assert not taken
+    assert got[0].dtype == got[1][0].dtype == dtype
+    return got, ref
+
+
+@pytest.mark.parametrize('training', [True, False])
+def test_a_model_cast_to_bf16_matches_the_straightforward_one(
+        kernels_on_the_cpu, training):
+    """A model cast to bf16 runs LPI's kernels with a bf16 residual, layer
+    scale, layers and BatchNorm statistics (which they read in fp32):
+    output, gradients and statistics within bf16's rounding of the
+    straightforward computation of the same model, BatchNorm on the batch
+    and updating its statistics, or on its running ones."""
+    got, ref = cast_model_branch('cpu', torch.bfloat16, training)
+    assert_same(got, ref, 3e-2)
 
 
 @pytest.fixture

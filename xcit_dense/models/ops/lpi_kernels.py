@@ -82,15 +82,18 @@ if triton is not None:
         """BatchNorm's 1 / std, scale and shift at channels ``rc`` for
         the mean and variance given."""
         rstd = 1 / tl.sqrt(var + eps)
-        scale = tl.load(weight_ptr + rc, mask=cmask, other=0.) * rstd
-        shift = tl.load(bias_ptr + rc, mask=cmask, other=0.) - mean * scale
+        scale = tl.load(weight_ptr + rc, mask=cmask, other=0.).to(
+            tl.float32) * rstd
+        shift = tl.load(bias_ptr + rc, mask=cmask, other=0.).to(
+            tl.float32) - mean * scale
         return rstd, scale, shift
 
     @triton.jit
     def _running(rmean_ptr, rvar_ptr, rc, cmask):
-        """The running mean and variance at channels ``rc``."""
-        mean = tl.load(rmean_ptr + rc, mask=cmask, other=0.)
-        var = tl.load(rvar_ptr + rc, mask=cmask, other=1.)
+        """The running mean and variance at channels ``rc``, in fp32
+        (a model cast to half precision keeps them in its dtype)."""
+        mean = tl.load(rmean_ptr + rc, mask=cmask, other=0.).to(tl.float32)
+        var = tl.load(rvar_ptr + rc, mask=cmask, other=1.).to(tl.float32)
         return mean, var
 
     @triton.jit
@@ -227,8 +230,7 @@ if triton is not None:
                 m2 += tl.sum(m2s + n[:, None] * dev * dev, axis=0)
             var = m2 / count
             if UPDATE:
-                rmean = tl.load(rmean_ptr + rc, mask=cmask, other=0.)
-                rvar = tl.load(rvar_ptr + rc, mask=cmask, other=0.)
+                rmean, rvar = _running(rmean_ptr, rvar_ptr, rc, cmask)
                 tl.store(rmean_ptr + rc, (1 - factor) * rmean + factor * mean,
                          mask=cmask)
                 tl.store(rvar_ptr + rc, (1 - factor) * rvar +

@@ -1,5 +1,8 @@
 """How the tables write a row's figures: times, memory, ratios with their
-baselines named, and the mark of a row older than the code."""
+baselines named, a demo's metrics, and the mark of a row older than the
+code."""
+from decimal import ROUND_HALF_UP, Decimal
+
 from . import targets as tg
 
 STALE = '†'
@@ -14,6 +17,8 @@ MODELS = {
     'mask_rcnn_xcit_s12': 'Mask R-CNN XCiT-S12/16',
     'mask_rcnn_swin_t': 'Mask R-CNN Swin-T (mmdet)',
     'upernet_xcit_s12': 'UperNet XCiT-S12/16',
+    'mask_rcnn_xcit_n12': 'Mask R-CNN XCiT-N12/16',
+    'upernet_xcit_n12': 'UperNet XCiT-N12/16',
 }
 #: a variant as a ratio's baseline
 BASELINES = {'published': 'the published code',
@@ -34,6 +39,9 @@ def described(row) -> str:
     """``XCiT-S12/16, default, CUDA graphs, fp16 autocast``."""
     if row['mode'] == 'tests':
         return f"`{row['name']}`"
+    if row['mode'] == 'demo':  # the config as it is
+        return f"{model(row['model'])}, {row['precision']}, seed " \
+            f"{row['seed']}"
     variant = VARIANTS.get(row['variant'], row['variant'])
     parts = [model(row['model']), variant, row['precision']]
     return ', '.join(p for p in parts if p)
@@ -80,6 +88,35 @@ def ratio(row, ratio: dict, rounds=False, memory=True) -> str:
     if not text:
         return f"{'; '.join(more)} of {baseline_name(row, ratio)}"
     return text + (f" ({'; '.join(more)})" if more else '')
+
+
+#: a demo's metrics as the tables name them, and their decimals
+METRICS = {'bbox_mAP': ('bbox mAP', 3), 'bbox_mAP_50': ('bbox mAP@50', 3),
+           'segm_mAP': ('segm mAP', 3), 'segm_mAP_50': ('segm mAP@50', 3),
+           'aAcc': ('aAcc', 2), 'mIoU': ('mIoU', 2), 'mAcc': ('mAcc', 2)}
+
+
+def metric(name: str, value) -> str:
+    """``value`` of metric ``name`` to its decimals, halves rounded up
+    (the median of two seeds' figures)."""
+    places = Decimal(1).scaleb(-METRICS[name][1])
+    return str(Decimal(str(value)).quantize(places, ROUND_HALF_UP))
+
+
+def duration(seconds) -> str:
+    """``148 s``, ``10 min 38 s``; '' where not recorded."""
+    if seconds is None:
+        return ''
+    minutes, rest = divmod(round(seconds), 60)
+    return f'{minutes} min {rest} s' if minutes else f'{rest} s'
+
+
+def demo(row) -> str:
+    """``bbox mAP 0.309, ..., segm mAP@50 0.525 in 10 min 38 s``."""
+    text = ', '.join(f'{METRICS[k][0]} {metric(k, v)}'
+                     for k, v in row['metrics'].items())
+    took = duration(row['wall_s'])
+    return f'{text} in {took}' if took else text
 
 
 def tests(row) -> str:

@@ -25,8 +25,15 @@ RUN_FIELDS = ('id', 'date', 'commit', 'command', 'threads', 'libraries',
 ROW_FIELDS = ('id', 'name', 'model', 'variant', 'precision', 'mode', 'size',
               'batch')
 TESTS_FIELDS = ('id', 'name', 'mode', 'passed', 'failed', 'skipped')
+#: a demo's run (mode ``demo``): a config trained and evaluated
+DEMO_FIELDS = ROW_FIELDS + ('seed', 'metrics', 'wall_s')
+#: the metrics a demo row holds: those of one of these evaluators
+DEMO_METRICS = {
+    'coco': ('bbox_mAP', 'bbox_mAP_50', 'segm_mAP', 'segm_mAP_50'),
+    'ade20k': ('aAcc', 'mIoU', 'mAcc'),
+}
 #: a row holds at least one of these, or is another row's baseline
-FIGURES = ('seconds', 'ratios', 'passed', 'error')
+FIGURES = ('seconds', 'ratios', 'passed', 'metrics', 'error')
 #: variants that run no code of ours (their rows' scope is null)
 NOT_OURS = ('published', 'peer')
 
@@ -124,9 +131,12 @@ def _run_problems(machine: str, run: dict, seen: set) -> list:
     baselines = {rt.get('baseline') for r in run.get('rows', [])
                  for rt in r.get('ratios', [])}
     for row in run.get('rows', []):
-        need = TESTS_FIELDS if row.get('mode') == 'tests' else ROW_FIELDS
+        need = dict(tests=TESTS_FIELDS, demo=DEMO_FIELDS).get(
+            row.get('mode'), ROW_FIELDS)
         found += [f"{where}/{row.get('id')}: row lacks {f!r}" for f in need
                   if f not in row]
+        if row.get('mode') == 'demo':
+            found += _demo_problems(f"{where}/{row.get('id')}", row, run)
         if not any(f in row for f in FIGURES) and row.get(
                 'id') not in baselines:
             found.append(f"{where}/{row.get('id')}: row has no figure "
@@ -141,6 +151,35 @@ def _run_problems(machine: str, run: dict, seen: set) -> list:
                   if rt.get('baseline') not in ids]
     if len(set(ids)) != len(ids):
         found.append(f'{where}: row ids repeat')
+    return found
+
+
+def demo_kind(row) -> str:
+    """The evaluator (a key of :data:`DEMO_METRICS`) whose metrics a demo
+    row holds; None if they are no evaluator's."""
+    keys = set(row.get('metrics') or ())
+    return next((kind for kind, names in DEMO_METRICS.items()
+                 if keys == set(names)), None)
+
+
+def _demo_problems(where: str, row: dict, run: dict) -> list:
+    found = []
+    metrics = row.get('metrics')
+    if metrics is not None and (demo_kind(row) is None or not all(
+            isinstance(v, (int, float)) for v in metrics.values())):
+        found.append(f'{where}: metrics must be the numbers of ' + ' or '.join(
+            '{' + ', '.join(names) + '}' for names in DEMO_METRICS.values()))
+    if not isinstance(row.get('wall_s', 0), (int, float, type(None))):
+        found.append(f'{where}: wall_s must be seconds or null')
+    if not isinstance(row.get('seed', 0), int):
+        found.append(f'{where}: seed must be a whole number')
+    per_class = row.get('class_iou', {})
+    if not isinstance(per_class, dict) or not all(
+            isinstance(v, (int, float)) for v in per_class.values()):
+        found.append(f'{where}: class_iou must map class names to numbers')
+    if row.get('scope', run.get('code', {}).get('scope')) != 'whole-model':
+        found.append(f'{where}: a demo measures the whole model: its scope '
+                     "is 'whole-model'")
     return found
 
 

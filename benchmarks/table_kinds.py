@@ -26,13 +26,16 @@ class Results:
                 if m.startswith(prefix)]
 
 
-def _table(header: list, lines: list) -> list:
+def markdown_table(header: list, lines: list) -> list:
+    """A markdown table's lines, from its header and its lines' cells."""
     out = ['| ' + ' | '.join(header) + ' |',
            '| ' + ' | '.join('---' for _ in header) + ' |']
     return out + ['| ' + ' | '.join(line) + ' |' for line in lines]
 
 
-def _with_note(lines: list) -> str:
+def with_note(lines: list) -> str:
+    """The lines as text, with the note on stale rows where one is
+    marked."""
     text = '\n'.join(lines)
     return text + ('\n\n' + cells.STALE_NOTE if cells.STALE in text else '')
 
@@ -47,7 +50,7 @@ def cpu(results: Results) -> str:
              [_judged(t, m, results) for m in machines] for t in chosen]
     header = ['XCiT-S12/16, 800x1344, batch 1', 'aimed at'] + [
         results.machine(m)['name'] for m in machines]
-    return _with_note(_table(header, lines))
+    return with_note(markdown_table(header, lines))
 
 
 def _judged(target: dict, machine: str, results: Results) -> str:
@@ -72,7 +75,8 @@ def gpu(results: Results) -> str:
                 tg.status(target, row)])
     first = ', '.join(results.machine(m)['name']
                       for m in results.machines('gpu-'))
-    return _with_note(_table([first, 'aimed at', 'measured', 'met'], lines))
+    return with_note(markdown_table([first, 'aimed at', 'measured', 'met'],
+                                    lines))
 
 
 def targets(results: Results) -> str:
@@ -88,8 +92,8 @@ def targets(results: Results) -> str:
                 results.machine(machine)['name'],
                 cells.measured(target, row, results.stale) if row else '',
                 f'`{run}`' if run else '', tg.status(target, row)])
-    return _with_note(_table(['target', 'aimed at', 'machine', 'measured',
-                              'run', 'met'], lines))
+    return with_note(markdown_table(['target', 'aimed at', 'machine',
+                                     'measured', 'run', 'met'], lines))
 
 
 def cpu_published(results: Results) -> str:
@@ -111,7 +115,7 @@ def cpu_published(results: Results) -> str:
                           f"{_MODES[mode]} ({run['date']})"] +
                          [_against_published(found.get(c), results)
                           for c in columns])
-    return _with_note(_table(
+    return with_note(markdown_table(
         ['XCiT-S12/16, 800x1344, batch 1 (ratios: to the published code, '
          'same run)', 'published code',
          'straightforward, fp32', 'default, fp32',
@@ -170,7 +174,7 @@ def cpu_scaling(results: Results) -> str:
                                    if r.run is run))['name']
     header = [f"{machine}, {run['date']}: seconds (peak GiB)", *sizes,
               f'{large} / {small}']
-    return _with_note(_table(header, lines))
+    return with_note(markdown_table(header, lines))
 
 
 def _sizes(run: dict) -> set:
@@ -210,14 +214,16 @@ def rows_of(results: Results, machine: str) -> str:
                                 if row.get(k) is not None),
                       row['mode'], _time(row, results),
                       _memory(row), _ratios(row)])
-    table = _table(['run', 'measured', 'input, batch', 'mode', 'time',
-                    'memory', 'against'], lines)
-    return _with_note(table + [''] + [_run_line(run) for run in runs])
+    table = markdown_table(['run', 'measured', 'input, batch', 'mode',
+                            'time', 'memory', 'against'], lines)
+    return with_note(table + [''] + [_run_line(run) for run in runs])
 
 
 def _time(row, results: Results) -> str:
     if row['mode'] == 'tests':
         text = cells.tests(row)
+    elif row['mode'] == 'demo':
+        text = cells.demo(row)
     elif 'seconds' in row.data:
         text = cells.seconds(row['seconds'], row.machine)
     else:
@@ -261,5 +267,6 @@ def machines(results: Results) -> str:
             f'`benchmarks/results/{name}.json`', machine['name'],
             described, str(len(doc['runs'])),
             str(len(found)), str(sum(map(results.stale, found)))])
-    return '\n'.join(_table(['results', 'machine', 'processor', 'runs',
-                             'rows', 'rows older than the code'], lines))
+    return '\n'.join(markdown_table(
+        ['results', 'machine', 'processor', 'runs', 'rows',
+         'rows older than the code'], lines))

@@ -32,9 +32,43 @@ TARGET = dict(id='t', table='cpu', what='inference', machines='cpu-*',
               aim=[dict(speedup_over='straightforward', at_least=1.5)])
 
 
-def results_of(doc=None, fingerprint='0123456789abcdef', target=TARGET):
+def demo_row(seed, metrics, wall_s=None, precision='fp32'):
+    return dict(id=f'seed{seed}', name='demo_mask_rcnn', model='mask_rcnn',
+                variant='default', precision=precision, mode='demo',
+                size='128x128', batch=4, seed=seed, wall_s=wall_s,
+                metrics=dict(zip(res.DEMO_METRICS['coco'], metrics)))
+
+
+def demo_run(id, command, rows, date='2026-01-02'):
+    return dict(RUN, id=id, command=command, date=date, rows=rows,
+                code=dict(scope='whole-model',
+                          fingerprint='0123456789abcdef'))
+
+
+#: the COCO demo: seed 0 by make and seeds 1-3 by train.py on a CPU, seed
+#: 0 by make on a GPU after an earlier run of it
+DEMOS = {
+    'cpu-test': dict(machine=MACHINE, runs=[
+        demo_run('seeds', 'python tools/train.py configs/d.py --work-dir '
+                 'w --cfg-options randomness.seed=N',
+                 [demo_row(1, (0.319, 0.524, 0.337, 0.530)),
+                  demo_row(2, (0.350, 0.577, 0.364, 0.569)),
+                  demo_row(3, (0.327, 0.528, 0.338, 0.515))]),
+        demo_run('make', 'make demo', [
+            demo_row(0, (0.309, 0.536, 0.343, 0.525), wall_s=638)])]),
+    'gpu-test': dict(machine=dict(name='A GPU', gpu='A GPU', cores=16),
+                     runs=[demo_run('old', 'make demo PY=python3',
+                                    [demo_row(0, (0.1,) * 4, wall_s=1)]),
+                           demo_run('new', 'make demo PY=python3',
+                                    [demo_row(0, (0.33, 0.5, 0.35, 0.55),
+                                              wall_s=148)],
+                                    date='2026-01-03')])}
+
+
+def results_of(doc=None, fingerprint='0123456789abcdef', target=TARGET,
+               docs=None):
     doc = doc or dict(machine=MACHINE, runs=[RUN])
-    docs = {'cpu-test': doc}
+    docs = docs or {'cpu-test': doc}
     return tables.kinds.Results(
         docs, res.rows(docs), [target],
         lambda row: res.is_stale(row, fingerprint=lambda s: fingerprint))
@@ -60,7 +94,9 @@ def test_a_differing_table_and_an_unknown_name_fail(tmp_path):
     assert '| `run` | m, default, fp32 |' in doc.read_text()
     assert tables.run(check=True, root=tmp_path, results=results_of()) \
         == ["docs/a.md: no table is named 'nonesuch'; the tables: cpu, gpu, "
-            'targets, cpu-published, cpu-scaling, machines, rows-cpu-test']
+            'targets, cpu-published, cpu-scaling, machines, demo-coco, '
+            'demo-coco-runs, demo-ade20k, demo-ade20k-runs, '
+            'demo-ade20k-classes, rows-cpu-test']
 
 
 def test_a_results_row_without_its_fields_fails():
@@ -77,9 +113,55 @@ def test_a_results_row_without_its_fields_fails():
         "cpu-test/run/fast: row lacks 'mode'",
         "cpu-test/run/fast: baseline 'gone' is no row of its run",
         'cpu-test/run/peer: row has no figure (seconds, ratios, passed, '
-        'error) and is no baseline',
+        'metrics, error) and is no baseline',
         'cpu-test/run/peer: a peer row measures no code of ours: its scope '
         'is null']
+
+
+def test_a_demo_row_without_its_metrics_fails():
+    docs = copy.deepcopy(DEMOS)
+    assert res.problems(docs) == []
+    rows = docs['cpu-test']['runs'][0]['rows']
+    del rows[0]['metrics']
+    rows[1]['metrics']['mIoU'] = 40.0
+    docs['gpu-test']['runs'][0]['code']['scope'] = 'backbone'
+    assert res.problems(docs) == [
+        "cpu-test/seeds/seed1: row lacks 'metrics'",
+        'cpu-test/seeds/seed1: row has no figure (seconds, ratios, passed, '
+        'metrics, error) and is no baseline',
+        'cpu-test/seeds/seed2: metrics must be the numbers of {bbox_mAP, '
+        'bbox_mAP_50, segm_mAP, segm_mAP_50} or {aAcc, mIoU, mAcc}',
+        "gpu-test/old/seed0: a demo measures the whole model: its scope is "
+        "'whole-model'"]
+
+
+def test_the_demo_tables_take_the_newest_run_and_the_seeds_spread(
+        tmp_path):
+    """The README's table: seed 0 by make on the CPU with the most seeds,
+    the median (min - max) over them, the GPU's newest run by make;
+    docs/demo.md's: every seed and machine, the command's seed filled in."""
+    results = results_of(docs=DEMOS)
+    assert tables.table('demo-coco', results).split('\n')[2:] == [
+        '| A CPU (2 cores), `make demo`, fp32, seed 0 | 0.309 | 0.536 | '
+        '0.343 | 0.525 | 10 min 38 s |',
+        '| 4 seeds on it, median (min - max) | 0.323 (0.309 - 0.350) | '
+        '0.532 (0.524 - 0.577) | 0.341 (0.337 - 0.364) | '
+        '0.528 (0.515 - 0.569) |  |',
+        '| A GPU, `make demo PY=python3`, fp32 | 0.330 | 0.500 | 0.350 | '
+        '0.550 | 2 min 28 s |']
+    runs = tables.table('demo-coco-runs', results)
+    assert '| A CPU (2 cores) | `python tools/train.py CONFIG --cfg-options ' \
+        'randomness.seed=2`, fp32 | 2 | 0.350 |' in runs
+    assert '0.100' not in runs and STALE not in runs
+    doc = tmp_path / 'docs' / 'demo.md'
+    doc.parent.mkdir()
+    doc.write_text('<!-- table: demo-coco-runs -->\n<!-- /table -->\n')
+    assert tables.run(check=False, root=tmp_path, results=results) == []
+    assert doc.read_text() == ('<!-- table: demo-coco-runs -->\n' + runs +
+                               '\n<!-- /table -->\n')
+    stale = results_of(docs=DEMOS, fingerprint='fedcba9876543210')
+    assert '| 0.323' + STALE + ' (0.309 - 0.350) |' in tables.table(
+        'demo-coco', stale)
 
 
 @pytest.mark.parametrize('fingerprint,marked', [

@@ -518,9 +518,24 @@ def test_a_capture_runs_the_step_on_leaves_of_its_own():
 
 
 def test_gradients_handed_on_as_copies_in_their_strides():
-    """The replay's gradients leave as copies (the graph overwrites its
-    buffers on the next replay), copied together: equal values, own
-    memory, each tensor's strides (a transposed one's too), None kept."""
+    """The replay's gradients leave as copies: a backward that returns its
+    graph's own buffer (``make_graphed_callables``' returns
+    ``buffer.detach()``) makes that buffer a parameter's ``.grad`` as it
+    is, which the next replay would overwrite. Copied together: equal
+    values, own memory, each tensor's strides (a transposed one's too),
+    None kept."""
+    buffer, weight = torch.zeros(3), torch.nn.Parameter(torch.ones(3))
+
+    class Replayed(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w):
+            return w * 1
+
+        @staticmethod
+        def backward(ctx, grad):
+            return buffer.copy_(grad).detach()
+    Replayed.apply(weight).sum().backward()
+    assert weight.grad.data_ptr() == buffer.data_ptr()
     grads = (torch.randn(3, 4), None, torch.randn(4, 5).t(),
              torch.randn(2, dtype=torch.float64), torch.randn(6, 1, 1, 1))
     out = cuda_graphs.copies(grads)

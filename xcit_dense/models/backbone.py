@@ -30,13 +30,7 @@ from ..checkpoint.keys import PUBLISHED_NAMES
 from ..errors import InputError
 from ..registry import MODELS
 from .block import XCABlock
-from .execution import (
-    GraphedInference,
-    GraphedTraining,
-    compile_options,
-    graphed,
-    run_forward,
-)
+from .execution import compile_options, graphed, init_execution, run_forward
 from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
 from .policy import check_setting as check_fast_path_setting
 from .positional_encoding import CachedFourierEncoding
@@ -50,7 +44,6 @@ from .presets import (
     check_out_sizes,
     check_training_args,
     init_cfgs,
-    normalized_compile_cfg,
     resolve_arch,
 )
 from .pyramid import crop, make_resampler, smallest_grid
@@ -165,24 +158,16 @@ class XCiT(BaseModule):
             ``'always'``: wherever it can run; ``False``: the
             straightforward computation everywhere, with the same parameters
             and, in fp32, the same outputs to 1e-4. Defaults to True.
-        cuda_graphs (bool | str): ``True``: inference on CUDA (eval mode,
-            no gradient, eager) replayed from a CUDA graph captured per
-            input shape, dtype and autocast state (:mod:`.cuda_graphs`): one
-            launch instead of hundreds. The model is looked at on every call
-            and a change to it (a module replaced or edited, a parameter
-            with new storage) is captured anew; the graphs of the 8 inputs
-            that come most are kept. ``'train'``: training steps too,
-            forward and backward, for inputs seen 3 times (fixed-size
-            crops; the rare sizes of multi-scale training run eagerly), the
-            graphs of the 2 inputs that come most kept, sharing one memory
-            pool (one step's activations); not with ``with_cp`` or SyncBN
-            between processes. ``'auto'`` (the recipes'): what the policy
-            lists for the device (:data:`xcit_dense.models.policy.GRAPHS`:
-            inference and training on CUDA, nothing on the CPU), captured
-            only for inputs that recur (inference: seen 3 times, the graphs
-            of the 8 inputs that come most kept and dropped when the model
-            goes back to training; training: 3 times in a row, one graph
-            kept). Defaults to False.
+        cuda_graphs (bool | str): Replay the backbone on CUDA from CUDA
+            graphs (:mod:`.execution.cuda_graphs`): one launch instead of
+            hundreds. ``True``: inference (eval mode, no gradient, eager),
+            one graph per input shape, dtype and autocast state, captured
+            anew when the model changes; ``'train'``: training steps too,
+            forward and backward, for inputs seen 3 times (not with
+            ``with_cp`` or SyncBN between processes); ``'auto'`` (the
+            recipes'): what the policy lists for the device
+            (:data:`xcit_dense.models.policy.GRAPHS`: both on CUDA), for
+            inputs that recur. Defaults to False.
         init_cfg (dict | list[dict], optional): mmengine initialisation
             config. ``dict(type='Pretrained', checkpoint=PATH)`` imports an
             official, timm, DINO or xcit-dense checkpoint strictly (see
@@ -251,12 +236,8 @@ class XCiT(BaseModule):
         self.out_strides = tuple(OUT_STRIDES[level] for level in out_levels)
         self.frozen_stages, self.norm_eval = frozen_stages, norm_eval
         self.norm_cfg = dict(norm_cfg)
-        self.autocast_dtype = autocast_dtype
-        self.compile_cfg = normalized_compile_cfg(compile_cfg)
-        self.compile_failure: Optional[str] = None
-        self.cuda_graphs = cuda_graphs
-        self.graphs = GraphedInference()
-        self.training_graphs = GraphedTraining()
+        # how the forward runs: read by run_forward on every call
+        init_execution(self, compile_cfg, autocast_dtype, cuda_graphs)
 
         self.patch_embed = ConvPatchEmbed(
             patch_size=self.patch_size, in_chans=in_channels, embed_dim=dim,

@@ -8,7 +8,7 @@ are those settings, what they left (``compile_failure``, the graphs in
 ``_forward_pyramid``."""
 from .compile import compile_options
 from .cuda_graphs import GraphedInference, GraphedTraining
-from .forward import graphed, run_forward
+from .forward import graphed, init_execution, run_forward
 
 __all__ = ['GraphedInference', 'GraphedTraining', 'compile_options',
-           'graphed', 'run_forward']
+           'graphed', 'init_execution', 'run_forward']

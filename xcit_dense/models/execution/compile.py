@@ -83,7 +83,7 @@ def inductor_fixes(options: dict) -> dict:
     """``options`` for ``torch.compile``, less what is known to fail:
     Inductor's memory-coalescing analysis of tiled kernels (PyTorch 2.11,
     ``tiling_utils.get_pw_red_splits``) asserts on the backbone's training
-    graph with dynamic shapes (H200, 2026-11-25; its config notes that it
+    graph with dynamic shapes (on the H200; its config notes that it
     does not apply to dynamic shapes yet), so it is off where shapes may
     become dynamic (``dynamic`` not ``False``). Only for Inductor and where
     no ``mode`` or ``options`` were given, which ``torch.compile`` takes one

@@ -8,14 +8,32 @@ import torch.nn as nn
 
 from ...precision import requested_autocast
 from .. import policy
+from ..presets import normalized_compile_cfg
 from . import cuda_graphs
 from .compile import compile_options, run_compiled
+from .cuda_graphs import GraphedInference, GraphedTraining
 
 Outputs = Tuple[torch.Tensor, ...]
 
 #: what an explicit ``cuda_graphs`` replays on the devices graphs run on
 GRAPHED = {False: frozenset(), True: frozenset({'infer'}),
            'train': frozenset({'infer', 'train'})}
+
+
+def init_execution(model: nn.Module, compile_cfg, autocast_dtype,
+                   cuda_graphs) -> None:
+    """The settings :func:`run_forward` reads, set on ``model`` (the
+    ``XCiT`` arguments of these names, checked): ``autocast_dtype``,
+    ``compile_cfg`` and ``cuda_graphs``; and what they leave:
+    ``compile_failure`` (why compiling stopped, or None), ``graphs`` and
+    ``training_graphs`` (the CUDA graphs captured, not copied with the
+    model)."""
+    model.autocast_dtype = autocast_dtype
+    model.compile_cfg = normalized_compile_cfg(compile_cfg)
+    model.compile_failure = None
+    model.cuda_graphs = cuda_graphs
+    model.graphs = GraphedInference()
+    model.training_graphs = GraphedTraining()
 
 
 def run_forward(model: nn.Module, x: torch.Tensor) -> Outputs:

@@ -337,12 +337,14 @@ def test_checkpoint_saved_before_the_redesign(fast):
     """A checkpoint written by the single-class backbone (commit 565bbaa,
     tests/fixtures/xcit_before_redesign.pth: every key of stem, positional
     encoding, blocks and pyramid) loads strictly into today's module layout
-    and gives the outputs that code gave."""
+    and gives the outputs that code gave (its levels were cropped to
+    ceil(H/s) x ceil(W/s): ``out_sizes='ceil'``)."""
     path = REPO / 'tests/fixtures/xcit_before_redesign.pth'
     saved = torch.load(REPO / 'tests/fixtures/'
                        'xcit_before_redesign_outputs.pt', weights_only=True)
     model = XCiT(arch=None, patch_size=16, embed_dim=16, depth=4,
                  num_heads=2, out_indices=(0, 1, 2, 3), fast_path=fast,
+                 out_sizes='ceil',
                  init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
     state = torch.load(path, weights_only=True)['state_dict']

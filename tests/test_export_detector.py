@@ -1,14 +1,17 @@
 """The whole Mask R-CNN exported to ONNX (xcit_dense/deploy/detector_graph.py):
 a tiny detector through tools/export_onnx.py --dynamic, verified against
 mmdet's predict at three sizes, standard operators only, drawn by
-tools/demo.py on both runtimes as the PyTorch model draws it; the mask
-pasting and the detection matching on their own; what is refused."""
+tools/demo.py on both runtimes as the PyTorch model draws it; its INT8 file
+measured with COCO mAP against the fp32 file; the mask pasting and the
+detection matching on their own; what is refused."""
+import re
+
 import numpy as np
 import onnx
 import pytest
 import torch
 
-from xcit_dense.benchmark.builders import sharpen_classifiers
+from benchmarks.harness.builders import sharpen_classifiers
 from xcit_dense.deploy import (
     DetectorGraph,
     ExportError,
@@ -16,6 +19,7 @@ from xcit_dense.deploy import (
     verify_onnx,
 )
 from xcit_dense.deploy.detection_check import compare_detections
+from xcit_dense.errors import UserError
 
 from conftest import REPO, run_tool_here
 from test_export_onnx import TINY, build
@@ -68,7 +72,7 @@ def exported_detector(tmp_path_factory, tiny_coco):
 
 
 def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
-                                                       tmp_path, monkeypatch):
+                                                       tmp_path):
     config, checkpoint, model, out, stdout = exported_detector
     # the export size, two others (--dynamic) and the test dataset's images
     verified = next(line for line in stdout.splitlines()
@@ -142,36 +146,68 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
         torch.testing.assert_close(got['bboxes'], ref['bboxes'], rtol=0,
                                    atol=1e-3)
 
-    # INT8: calibrated, kept within its budget against the fp32 file, XCA's
-    # products of two activations left in floating point
+
+def test_int8_detector_is_measured_and_refused_where_it_loses(
+        exported_detector, tmp_path):
+    """The INT8 file of the detector, calibrated on the first two test
+    images, measured with COCO bbox and segm mAP against the fp32 file on
+    the two others: refused where it loses more than the tolerance (the
+    paragraph names both figures, no file is left), written within it;
+    XCA's products of two activations and the layers named stay in
+    floating point."""
+    from mmdet.evaluation import CocoMetric
     from mmengine.config import Config
 
-    from xcit_dense.deploy import quantization
+    from xcit_dense.deploy import load_exported, quantization
+    from xcit_dense.deploy.int8_check import as_reference
     from xcit_dense.deploy.runtimes import read_metadata
-    images = quantization.dataset_images(Config.fromfile(str(config)), 4)
-    assert [im.shape for im in images] == [(1, 3, 128, 128)] * 4
+    config, out = exported_detector[0], exported_detector[3]
+    cfg = Config.fromfile(str(config))
+    data = quantization.int8_data(cfg, 2, 100, (96, 128), dynamic=True)
+    assert [im.shape for im in data['calibration']] == [(1, 3, 128, 128)] * 2
+    assert list(data['held_out']) == [2, 3]  # all the others: the set is small
+    # annotations the fp32 file finds (a random detector finds none of the
+    # dataset's): its confident detections, on every image of the annotation
+    # file, of which only the held-out ones may count
+    reference, gts = load_exported(str(out)), []
+    for i in range(4):
+        item = data['dataset'][i]
+        sample = reference.infer(item['inputs'], item['data_samples'])
+        as_reference(sample, [sample])
+        gts.append(dict(img_id=sample.img_id, width=sample.ori_shape[1],
+                        height=sample.ori_shape[0], anns=sample.instances))
+    metric = CocoMetric()
+    metric.dataset_meta = data['dataset'].metainfo
+    cfg.test_evaluator.ann_file = metric.gt_to_coco_json(
+        gts, str(tmp_path / 'fp32'))
     int8 = tmp_path / 'mask_rcnn.int8.onnx'
-    with monkeypatch.context() as patch:
-        patch.setattr(quantization, 'DETECTION_RECALL', 1.01)  # unreachable
-        with pytest.raises(ExportError, match='outside its accuracy budget'):
-            quantization.export_int8(str(out), str(int8), 'DetectorGraph',
-                                     images[:2], images[2:], log=print)
-        assert not int8.exists()
-        # no fp32 detection this confident: checked on nothing, and said
-        patch.undo()
-        patch.setattr(quantization, 'CONFIDENT', 1.5)
-        lines = []
-        empty = quantization.export_int8(str(out), str(int8), 'DetectorGraph',
-                                         images[:2], images[2:],
-                                         log=lines.append)
-        assert empty['compared'] == 0
-        assert any('the INT8 file was checked on nothing' in line
-                   for line in lines), lines
-        patch.undo()
-        patch.setattr(quantization, 'DETECTION_RECALL', 0.0)
-        row = quantization.export_int8(str(out), str(int8), 'DetectorGraph',
-                                       images[:2], images[2:], log=print)
-    assert row['compared'] > 0 and 0 <= row['agreement'] <= 1
+    with pytest.raises(ExportError) as refused:
+        quantization.export_int8(str(out), str(int8), cfg, log=print, **data)
+    found = re.search(r'bbox_mAP 100.00 with the fp32 file, (\d+\.\d+) with '
+                      r'the INT8 one', str(refused.value))
+    assert found and float(found[1]) < 99, str(refused.value)
+    assert str(refused.value).startswith(
+        'The INT8 model loses more than --int8-tolerance 1 point on 2 '
+        'held-out images of the test dataset (items 2 to 3), against its '
+        'annotations (CocoMetric, ')
+    assert 'Calibrate on more images (--calib)' in str(refused.value)
+    assert list(tmp_path.glob('*.onnx')) == []  # nothing half-written
+    # without annotations the fp32 file's predictions are the reference;
+    # a larger tolerance accepts the loss
+    cfg.test_evaluator = None
+    lines = []
+    row = quantization.export_int8(str(out), str(int8), cfg, tolerance=100,
+                                   log=lines.append, **data)
+    assert lines[1] == (
+        'INT8 vs fp32 on 2 held-out images of the test dataset (items 2 to '
+        "3), against the fp32 file's predictions (the config has no "
+        'test_evaluator):')
+    assert lines[2].startswith('  fp32  coco/bbox_mAP: 1.0000  ')
+    assert 'coco/segm_mAP: 1.0000' in lines[2]
+    assert lines[3].startswith('  INT8  coco/bbox_mAP: ')
+    bbox = row['losses']['bbox_mAP']
+    assert bbox[0] == 100 and 0 <= bbox[1] < 99 and bbox[2] == 100 - bbox[1]
+    assert lines[4].startswith(f'  lost: bbox_mAP {bbox[2]:.2f} points')
     quantized = onnx.load(str(int8))
     types = [n.op_type for n in quantized.graph.node]
     assert 'QuantizeLinear' in types and 'DequantizeLinear' in types
@@ -197,6 +233,12 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
     assert any(set(n.input) & dequantized for n in quantized.graph.node
                if n.op_type == 'MatMul')  # the linear layers are INT8
     assert read_metadata(str(int8)) == read_metadata(str(out))
+    # the layers of the modules --int8-keep-float names
+    mask_head = quantization.nodes_in_modules(fp32, ['roi_head.mask_head'])
+    assert len(mask_head) == 4 + 1 + 1  # convs, upsample, conv_logits
+    with pytest.raises(UserError, match='--int8-keep-float roi_head.nope: '
+                       'no layer'):
+        quantization.nodes_in_modules(fp32, ['roi_head', 'roi_head.nope'])
 
 
 def test_backbone_and_neck_of_a_detector(tmp_path):

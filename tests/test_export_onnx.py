@@ -188,8 +188,8 @@ def test_upernet_export_predicts_what_mmseg_predicts(tmp_path, tiny_ade20k):
     at three sizes (the pyramid pooling's cells computed for each), and
     labels equal to mmseg's own prediction (data preprocessor, whole
     inference) for real images at the export size and an odd one; its INT8
-    file calibrated on the config's dataset and evaluated by
-    tools/test.py."""
+    file calibrated on the config's dataset, measured with mIoU against the
+    fp32 file's before it is written, and evaluated by tools/test.py."""
     config, model = build(UPERNET + f"""
 data_root = '{tiny_ade20k}/'
 test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
@@ -203,10 +203,35 @@ test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
                          '--calib', 2)
     assert proc.returncode == 0, proc.stderr
     assert 'verified with onnxruntime at 64x96, 49x73, 32x32' in proc.stdout
-    assert re.search(r'INT8 vs fp32 on 2 other images: (9[5-9]|100)\.\d% of '
-                     r'\d+ pixels labelled as by the fp32 file', proc.stdout)
+    # the INT8 file measured against the fp32 file on the test images after
+    # the calibration ones, with mIoU against the dataset's label maps
+    lines = proc.stdout.splitlines()
+    at = lines.index('INT8 vs fp32 on 2 held-out images of the test dataset '
+                     '(items 2 to 3), against its label maps (IoUMetric):')
+    miou = [float(re.search(r'  mIoU: (\d+\.\d+)  ', line)[1])
+            for line in lines[at + 1:at + 3]]
+    assert lines[at + 1].startswith('  fp32  aAcc: ') and \
+        lines[at + 2].startswith('  INT8  aAcc: ')
+    assert 0 < miou[0] < 100 and abs(miou[0] - miou[1]) < 1  # random labels
+    assert lines[at + 3] == (
+        f'  lost: mIoU {miou[0] - miou[1]:.2f} points ({miou[0]:.2f} -> '
+        f'{miou[1]:.2f}), within --int8-tolerance 1')
     int8 = tmp_path / 'upernet.int8.onnx'
-    assert f'wrote {int8}' in proc.stdout
+    assert lines[at + 4] == f'wrote {int8}'
+    # without label maps the fp32 file's are the reference: it scores 100
+    from mmengine.config import Config
+
+    from xcit_dense.deploy import int8_check, quantization
+    cfg = Config.fromfile(str(config))
+    cfg.test_pipeline = cfg.test_dataloader.dataset.pipeline = [
+        t for t in cfg.test_pipeline if t.type != 'LoadAnnotations']
+    measured = int8_check.measure(
+        cfg, 'mmseg', quantization.test_dataset(cfg), [2, 3], str(out),
+        str(int8))
+    assert measured['against'] == ("the fp32 file's predictions (its test "
+                                   'pipeline loads no label maps)')
+    fp32, quantized, _ = int8_check.losses(measured, 'mmseg')['mIoU']
+    assert fp32 == 100 and 95 < quantized < 100
     proc = run_tool_here('tools/test.py', config, int8, '--work-dir',
                          tmp_path / 'test_int8')
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -381,6 +406,12 @@ def test_dynamic_export_that_fixes_a_size_is_caught(tmp_path):
     (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
       'x.onnx', '--calib', '4'), '--calib is the number of calibration '
      'images of --int8'),
+    (('configs/ade20k/demo_upernet_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--int8-keep-float', 'decode_head'), '--int8-keep-float is '
+     'an option of --int8'),
+    (('configs/ade20k/demo_upernet_xcit_nano_synthetic.py', '--out',
+      'x.onnx', '--int8', '--int8-tolerance', '-1'), '--int8-tolerance must '
+     'be at least 0, got -1.0'),
     (('configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py', '--out',
       'x.onnx', '--cfg-options', 'model.test_cfg.rcnn.nms.type=soft_nms'),
      'this model differs: test_cfg.rcnn.nms is soft_nms. Export its '

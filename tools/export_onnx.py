@@ -31,6 +31,13 @@ pipeline gives them; with a fixed size, those of that size), or 4 more
 synthetic images where there is no dataset. --dynamic works
 for every graph. Without CHECKPOINT the weights are the config's
 initialisation (random), e.g. to measure speed.
+
+--int8 also writes FILE.int8.onnx (xcit_dense/deploy/quantization.py),
+calibrated on the first --calib images of the test dataset; the INT8 and
+the fp32 file are measured on the next --int8-images with the config's
+test_evaluator (COCO bbox and segm mAP, or mIoU; without annotations,
+against the fp32 file's predictions), and the INT8 file is written only if
+it loses at most --int8-tolerance points.
 """
 import argparse
 import os.path as osp
@@ -56,15 +63,30 @@ from xcit_dense.deploy.onnx_export import (  # noqa: E402
     MIN_OPSET,
     check_detector_batch,
 )
-from xcit_dense.deploy.quantization import dataset_images, export_int8  # noqa: E402
+from xcit_dense.deploy.quantization import (  # noqa: E402
+    TOLERANCE,
+    check_float_modules,
+    dataset_images,
+    export_int8,
+    int8_data,
+    test_dataset,
+)
 from xcit_dense.errors import UserError  # noqa: E402
 from xcit_dense.inference import init_model  # noqa: E402
-from xcit_dense.preflight import check_checkpoint, check_datasets  # noqa: E402
+from xcit_dense.preflight import (  # noqa: E402
+    check_checkpoint,
+    check_datasets,
+    check_evaluators,
+)
 from xcit_dense.toolkits import type_name  # noqa: E402
 
 DEFAULT_SHAPE = {'mmdet': (800, 1344), 'mmseg': (512, 512)}
-INT8_CHECK_IMAGES = 8
 DETECTOR_CHECK_IMAGES = 4
+#: --int8's defaults: calibration images, held-out images measured at most
+CALIB_IMAGES, INT8_IMAGES = 32, 100
+#: options that only --int8 uses, and their defaults
+INT8_OPTIONS = {'calib': CALIB_IMAGES, 'int8_images': INT8_IMAGES,
+                'int8_tolerance': TOLERANCE, 'int8_keep_float': ()}
 
 
 def parse_args():
@@ -94,23 +116,81 @@ def parse_args():
                        '(the FPN levels) instead of the whole detector')
     parser.add_argument('--dynamic', action='store_true',
                         help='free input height and width')
+    parser.add_argument('--opset', type=int, default=MIN_OPSET,
+                        help=f'ONNX opset version (default and least: '
+                        f'{MIN_OPSET}, what PyTorch\'s exporter writes)')
+    add_int8_options(parser)
+    add_cfg_options(parser)
+    return parser.parse_args()
+
+
+def add_int8_options(parser):
     parser.add_argument(
         '--int8', action='store_true',
         help='also write FILE.int8.onnx: the whole model quantized to INT8 '
         '(static, calibrated on --calib images of the config\'s test '
-        'dataset, checked against the fp32 file on 8 more)')
-    parser.add_argument('--calib', type=int,
-                        help='calibration images for --int8 (default: 32)')
-    parser.add_argument('--opset', type=int, default=MIN_OPSET,
-                        help=f'ONNX opset version (default and least: '
-                        f'{MIN_OPSET}, what PyTorch\'s exporter writes)')
-    add_cfg_options(parser)
-    return parser.parse_args()
+        'dataset), written only if its mAP / mIoU on the next '
+        '--int8-images images is within --int8-tolerance of the fp32 '
+        'file\'s')
+    parser.add_argument('--calib', type=int, help='calibration images for '
+                        f'--int8 (default: {CALIB_IMAGES})')
+    parser.add_argument(
+        '--int8-images', type=int, metavar='N',
+        help='test images after the calibration ones that the INT8 and the '
+        f'fp32 file are measured on (default: all of them, at most '
+        f'{INT8_IMAGES})')
+    parser.add_argument(
+        '--int8-tolerance', type=float, metavar='POINTS',
+        help='points the INT8 file may lose against the fp32 file: of COCO '
+        'bbox and of segm mAP (x100) for a detector, of mIoU for a '
+        f'segmentor (default: {TOLERANCE:g})')
+    parser.add_argument(
+        '--int8-keep-float', nargs='+', metavar='MODULE',
+        help='modules whose layers stay in floating point in the INT8 file, '
+        'named as in the model (e.g. backbone.patch_embed '
+        'roi_head.mask_head decode_head)')
 
 
 def main():
     args = parse_args()
     cfg = load_config(args.config, args.cfg_options)
+    scope, whole_detector = check_args(args, cfg)
+    if args.shape:
+        height, width = args.shape
+    else:
+        (height, width), why = default_shape(cfg, scope, whole_detector)
+        print(f'exporting at {height}x{width} ({why}; --shape H W for '
+              f'another size{"" if args.dynamic else ", --dynamic for any"})')
+    check_size(args, height, width, whole_detector)
+    int8 = None
+    if args.int8:
+        check_datasets(cfg, ('test', ))
+        check_evaluators(cfg, ('test', ))
+        int8 = int8_data(cfg, args.calib, args.int8_images, (height, width),
+                         args.dynamic)
+    checkpoint = None
+    if args.checkpoint is not None:
+        checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
+    else:
+        print('no checkpoint given: exporting the config\'s initial '
+              '(random) weights')
+    check_requirements()
+    model = init_model(cfg, checkpoint)
+    check_float_modules(model, args.int8_keep_float)
+    graph = graph_for(model, scope, args.backbone_only,
+                      args.backbone_and_neck)
+    export_verified(args, cfg, graph, (height, width), whole_detector,
+                    int8['calibration'] if int8 else None)
+    if args.int8:  # next to the fp32 file, which it is measured against
+        int8_path = args.out[:-len('.onnx')] + '.int8.onnx'
+        export_int8(args.out, int8_path, cfg, tolerance=args.int8_tolerance,
+                    float_modules=args.int8_keep_float, **int8)
+        print(f'wrote {int8_path}')
+
+
+def check_args(args, cfg):
+    """The command line's checks that need no model: returns the config's
+    scope and whether the graph is a whole detector."""
     scope = cfg.get('default_scope')
     if scope not in DEFAULT_SHAPE:
         raise UserError(f'The config has default_scope={scope!r}; '
@@ -123,53 +203,59 @@ def main():
             f'--opset {args.opset}: PyTorch\'s ONNX exporter writes opset '
             f'{MIN_OPSET} or later (it cannot convert these graphs to an '
             f'earlier one); give --opset {MIN_OPSET} or more.')
-    if args.calib is not None and not args.int8:
-        raise UserError('--calib is the number of calibration images of '
-                        '--int8; give --int8 too, or leave --calib out.')
-    args.calib = 32 if args.calib is None else args.calib
-    whole_detector = scope == 'mmdet' and not (args.backbone_only or
-                                               args.backbone_and_neck)
-    if args.shape:
-        height, width = args.shape
-    else:
-        (height, width), why = default_shape(cfg, scope, whole_detector)
-        print(f'exporting at {height}x{width} ({why}; --shape H W for '
-              f'another size{"" if args.dynamic else ", --dynamic for any"})')
-    if min(height, width) < 32 or args.batch < 1:
-        raise UserError(f'--shape must be at least 32 32 and --batch at '
-                        f'least 1, got --shape {height} {width} --batch '
-                        f'{args.batch}.')
     if args.backbone_and_neck and scope != 'mmdet':
         raise UserError('--backbone-and-neck is for mmdet configs (a '
                         'detector\'s FPN); this config is an mmseg one: '
                         'export the whole segmentor, or --backbone-only.')
+    check_int8_args(args)
+    return scope, scope == 'mmdet' and not (args.backbone_only or
+                                            args.backbone_and_neck)
+
+
+def check_int8_args(args):
+    """--int8's options: given only with it, in range; their defaults."""
+    given = [name for name in INT8_OPTIONS if getattr(args, name) is not None]
+    if given and not args.int8:
+        flag = '--' + given[0].replace('_', '-')
+        what = ('the number of calibration images of --int8' if
+                given[0] == 'calib' else 'an option of --int8')
+        raise UserError(f'{flag} is {what}; give --int8 too, or leave '
+                        f'{flag} out.')
+    for name, default in INT8_OPTIONS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if not args.int8:
+        return
+    if args.backbone_only or args.backbone_and_neck:
+        raise UserError('--int8 quantizes a whole segmentor or detector '
+                        '(calibrated and measured on its predictions); '
+                        'leave out --backbone-only / --backbone-and-neck.')
+    for flag, value, least in (('--calib', args.calib, 1),
+                               ('--int8-images', args.int8_images, 1),
+                               ('--int8-tolerance', args.int8_tolerance, 0)):
+        if value < least:
+            raise UserError(f'{flag} must be at least {least}, got {value}.')
+
+
+def check_size(args, height: int, width: int, whole_detector: bool):
+    if min(height, width) < 32 or args.batch < 1:
+        raise UserError(f'--shape must be at least 32 32 and --batch at '
+                        f'least 1, got --shape {height} {width} --batch '
+                        f'{args.batch}.')
     if whole_detector:
         check_detector_batch(args.batch)
-    if args.int8:
-        if args.backbone_only or args.backbone_and_neck:
-            raise UserError('--int8 quantizes a whole segmentor or detector '
-                            '(calibrated and checked on its predictions); '
-                            'leave out --backbone-only / --backbone-and-neck.')
-        if args.calib < 1:
-            raise UserError(f'--calib must be at least 1, got {args.calib}.')
-        check_datasets(cfg, ('test', ))
-        images = int8_images(cfg, args.calib, (height, width), args.dynamic)
-    checkpoint = None
-    if args.checkpoint is not None:
-        checkpoint = check_checkpoint(args.checkpoint, 'checkpoint')
-    else:
-        print('no checkpoint given: exporting the config\'s initial '
-              '(random) weights')
-    check_requirements()
-    model = init_model(cfg, checkpoint)
-    graph = graph_for(model, scope, args.backbone_only,
-                      args.backbone_and_neck)
+
+
+def export_verified(args, cfg, graph, size, whole_detector: bool,
+                    calibration=None):
+    """Export ``graph`` to ``--out``, verified against PyTorch (a whole
+    detector on images of the test dataset too: the first calibration
+    images where --int8 has read them), and say so."""
     check_images, source = [], None
     if whole_detector:
         check_images, source = detector_check_images(
-            cfg, (height, width), args.dynamic,
-            loaded=images if args.int8 else None)
-    rows = export_onnx(graph, args.out, args.batch, height, width,
+            cfg, size, args.dynamic, loaded=calibration)
+    rows = export_onnx(graph, args.out, args.batch, *size,
                        dynamic=args.dynamic, opset=args.opset,
                        images=check_images)
     sizes = ', '.join(dict.fromkeys(f'{h}x{w}' for h, w in
@@ -185,11 +271,6 @@ def main():
         worst = max(r.get('max_rel_diff', 0.) for r in rows)
         print(f'verified with onnxruntime at {sizes}: largest difference '
               f'{worst:.1e} of the largest value; wrote {args.out}')
-    if args.int8:  # next to the fp32 file, which it is checked against
-        int8_path = args.out[:-len('.onnx')] + '.int8.onnx'
-        export_int8(args.out, int8_path, type(graph).__name__,
-                    images[:args.calib], images[args.calib:])
-        print(f'wrote {int8_path}')
 
 
 def default_shape(cfg, scope: str, whole_detector: bool):
@@ -243,7 +324,8 @@ def detector_check_images(cfg, size, dynamic: bool, loaded=None):
     if loaded is None:
         try:
             check_datasets(cfg, ('test', ))
-            loaded = dataset_images(cfg, DETECTOR_CHECK_IMAGES)
+            loaded = dataset_images(test_dataset(cfg),
+                                    DETECTOR_CHECK_IMAGES)
         except UserError:  # no dataset here: synthetic images
             loaded = []
     images = [torch.from_numpy(im) for im in loaded[:DETECTOR_CHECK_IMAGES]
@@ -252,25 +334,6 @@ def detector_check_images(cfg, size, dynamic: bool, loaded=None):
         return images, 'from the test dataset'
     return [random_input(1, 3, *size, images=True, seed=seed)
             for seed in range(1, DETECTOR_CHECK_IMAGES + 1)], 'synthetic'
-
-
-def int8_images(cfg, calib: int, size, dynamic: bool):
-    """The first ``calib`` images of the test dataset (as its pipeline
-    gives them) to calibrate on and up to 8 more to check the INT8 model
-    on."""
-    images = dataset_images(cfg, calib + INT8_CHECK_IMAGES)
-    if len(images) <= calib:
-        raise UserError(
-            f'The test dataset has {len(images)} images: --calib {calib} '
-            'must leave at least one to check the INT8 model on.')
-    other = {im.shape[-2:] for im in images} - {tuple(size)}
-    if other and not dynamic:
-        raise UserError(
-            f'The test pipeline gives images of {sorted(other)[0]} and the '
-            f'export is fixed at {size[0]}x{size[1]}: export with --dynamic '
-            'to quantize (the calibration runs the file on the dataset\'s '
-            'images), or give --shape the images\' size.')
-    return images
 
 
 if __name__ == '__main__':

@@ -1,6 +1,7 @@
 """INT8 post-training static quantization of an exported whole model with
 onnxruntime's quantization tools, calibrated on images of the config's
-dataset, and checked against the fp32 file on other images of it.
+dataset, and measured against the fp32 file on other images of it
+(:mod:`.int8_check`).
 
 What is quantized: the layers with weights (``Conv``, ``ConvTranspose``,
 ``MatMul`` / ``Gemm`` of linear layers), weights per output channel (int8),
@@ -27,8 +28,9 @@ form. What stays in floating point, and why:
   convolution, ``patch_embed.proj.0``), by the same rule as the last ones:
   on the COCO demo trained with seed 1 (bbox mAP 0.304 in fp32) quantizing
   that one convolution alone cost 0.12 bbox mAP (0.185), every other layer
-  together nothing (0.319); the checkpoint of issue 29's report, 0.298 in
-  fp32, lost 0.05 with it quantized;
+  together nothing (0.319); a COCO demo model trained on an Intel Xeon,
+  0.298 in fp32, lost 0.05 with it quantized;
+* the layers of the modules the user names (``--int8-keep-float``);
 * every operator that is not in ``QUANTIZED_OPS``: XCA's L2 normalisation
   and softmax, LayerNorm, GELU, the Fourier positional encoding, and all of
   the detector's post-processing (box decoding, ``TopK``,
@@ -39,7 +41,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from ..atomic_files import move_into_place, unverified_file
-from ..errors import ExportError
+from ..errors import ExportError, UserError
 
 QUANTIZED_OPS = ('Conv', 'ConvTranspose', 'MatMul', 'Gemm')
 
@@ -61,20 +63,68 @@ PREDICTION_LAYERS = ('rpn_cls', 'rpn_reg', 'fc_cls', 'fc_reg', 'conv_logits',
                      'conv_seg')
 
 
+def module_scopes(node) -> List[str]:
+    """The modules a node runs in, outermost first, as the model names them
+    (``backbone.blocks.0.attn``): the name scopes the exporter records with
+    each node, without the exported graph's own ``model.``."""
+    import ast
+    meta = {p.key: p.value for p in node.metadata_props}
+    scopes = ast.literal_eval(meta.get('pkg.torch.onnx.name_scopes', '[]'))
+    return [s[len('model.'):] if s.startswith('model.') else s
+            for s in scopes]
+
+
 def prediction_layers(model) -> List[str]:
     """The nodes of ``QUANTIZED_OPS`` that run a head's last layer
     (:data:`PREDICTION_LAYERS`), found by the module name the exporter
     records with each node."""
-    import ast
     found = []
     for node in model.graph.node:
-        meta = {p.key: p.value for p in node.metadata_props}
-        scopes = ast.literal_eval(meta.get('pkg.torch.onnx.name_scopes',
-                                           '[]'))
+        scopes = module_scopes(node)
         if node.op_type in QUANTIZED_OPS and len(scopes) >= 2 and \
                 scopes[-2].split('.')[-1] in PREDICTION_LAYERS:
             found.append(node.name)
     return found
+
+
+#: how --int8-keep-float names modules
+MODULE_NAMES = ('Name modules as the model does (its state_dict\'s keys '
+                'without the parameter), e.g. backbone.patch_embed, '
+                'backbone.blocks.0, neck, roi_head.mask_head, decode_head.')
+
+
+def check_float_modules(model, names: Sequence[str]) -> None:
+    """Every name of ``--int8-keep-float`` is one of ``model``'s modules
+    (checked before the export, which the quantization follows)."""
+    unknown = [n for n in names if n not in dict(model.named_modules())]
+    if unknown:
+        raise UserError(
+            f'--int8-keep-float {" ".join(unknown)}: the model has no module '
+            f'of {"that name" if len(unknown) == 1 else "those names"}. '
+            + MODULE_NAMES)
+
+
+def nodes_in_modules(model, modules: Sequence[str]) -> List[str]:
+    """The nodes of ``QUANTIZED_OPS`` that run in one of ``modules`` (the
+    model's module names, ``backbone.patch_embed``, ``roi_head``) or in a
+    module inside one; :class:`UserError` for a name that runs no such
+    node."""
+    found = {name: [] for name in modules}
+    for node in model.graph.node:
+        if node.op_type not in QUANTIZED_OPS:
+            continue
+        scopes = module_scopes(node)
+        for name in modules:
+            if any(s == name or s.startswith(name + '.') for s in scopes):
+                found[name].append(node.name)
+    missing = [name for name, nodes in found.items() if not nodes]
+    if missing:
+        raise UserError(
+            f'--int8-keep-float {" ".join(missing)}: no layer of the model '
+            'that INT8 quantizes (' + ', '.join(QUANTIZED_OPS) + ') runs in '
+            f'{"that module" if len(missing) == 1 else "those modules"}. '
+            + MODULE_NAMES)
+    return list(dict.fromkeys(n for nodes in found.values() for n in nodes))
 
 
 def first_layers(model) -> List[str]:
@@ -107,23 +157,50 @@ def size_only_nodes(model) -> List[str]:
             and not any(i in from_pixels for i in n.input)]
 
 
-def dataset_images(cfg, count: int) -> List[np.ndarray]:
-    """The first ``count`` images of the config's test dataset as its test
-    pipeline gives them, each ``(1, 3, H, W)`` float32: what the exported
-    whole model takes."""
+def test_dataset(cfg):
+    """The config's test dataset, built as mmengine's test loop builds it."""
     from ..toolkits import use_toolkit
     datasets = use_toolkit(cfg.default_scope).DATASETS
-    dataset = datasets.build(cfg.test_dataloader.dataset)
+    return datasets.build(cfg.test_dataloader.dataset)
+
+
+def dataset_images(dataset, count: int) -> List[np.ndarray]:
+    """The first ``count`` images of ``dataset`` (a config's test dataset,
+    :func:`test_dataset`) as its test pipeline gives them, each
+    ``(1, 3, H, W)`` float32: what the exported whole model takes."""
     return [dataset[i]['inputs'][None].float().numpy()
             for i in range(min(count, len(dataset)))]
 
 
+def int8_data(cfg, calib: int, count: int, size, dynamic: bool) -> Dict:
+    """The data of ``--int8``, read before the export: the config's test
+    dataset, its first ``calib`` images to calibrate on and the items after
+    them (at most ``count``) that the INT8 file is measured on."""
+    dataset = test_dataset(cfg)
+    if len(dataset) <= calib:
+        raise UserError(
+            f'The test dataset has {len(dataset)} images: --calib {calib} '
+            'must leave at least one to measure the INT8 model on.')
+    calibration = dataset_images(dataset, calib)
+    other = {im.shape[-2:] for im in calibration} - {tuple(size)}
+    if other and not dynamic:
+        raise UserError(
+            f'The test pipeline gives images of {sorted(other)[0]} and the '
+            f'export is fixed at {size[0]}x{size[1]}: export with --dynamic '
+            'to quantize (the calibration runs the file on the dataset\'s '
+            'images), or give --shape the images\' size.')
+    held_out = range(calib, min(len(dataset), calib + count))
+    return dict(dataset=dataset, calibration=calibration, held_out=held_out)
+
+
 def quantize_int8(fp32_path: str, int8_path: str,
-                  images: Sequence[np.ndarray]) -> List[str]:
+                  images: Sequence[np.ndarray],
+                  float_modules: Sequence[str] = ()) -> List[str]:
     """Write the INT8 model of ``fp32_path`` to ``int8_path``, calibrated on
-    ``images`` (the exported graph's inputs), with the fp32 file's metadata.
-    Returns the nodes kept in floating point among those of
-    ``QUANTIZED_OPS``."""
+    ``images`` (the exported graph's inputs), with the fp32 file's metadata;
+    the layers of the modules named in ``float_modules`` stay in floating
+    point, besides those listed above. Returns the nodes kept in floating
+    point among those of ``QUANTIZED_OPS``."""
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -133,8 +210,9 @@ def quantize_int8(fp32_path: str, int8_path: str,
         quantize_static,
     )
     model = onnx.load(fp32_path)
-    keep_float = (float_matmuls(model) + size_only_nodes(model) +
-                  first_layers(model) + prediction_layers(model))
+    keep_float = list(dict.fromkeys(
+        float_matmuls(model) + size_only_nodes(model) + first_layers(model) +
+        prediction_layers(model) + nodes_in_modules(model, float_modules)))
     name = model.graph.input[0].name
 
     class Reader(CalibrationDataReader):
@@ -162,83 +240,36 @@ def quantize_int8(fp32_path: str, int8_path: str,
     return keep_float
 
 
-#: the INT8 budget against the fp32 file on the check images: a
-#: segmentor's labels agree on this share of pixels; a detector finds this
-#: share of the fp32 file's confident detections (score >= CONFIDENT) with
-#: the same label and box IoU >= MATCH_IOU
-LABEL_AGREEMENT = 0.95
-DETECTION_RECALL = 0.9
-CONFIDENT, MATCH_IOU = 0.5, 0.5
+#: the points of mAP / mIoU an INT8 file may lose (--int8-tolerance)
+TOLERANCE = 1.0
 
 
-def compare_int8(int8_path: str, fp32_path: str, graph: str,
-                 images: Sequence[np.ndarray]) -> Dict:
-    """How the INT8 file's predictions agree with the fp32 file's on
-    ``images``: ``agreement`` (pixels with the same label, or confident fp32
-    detections found) and whether it is within the budget."""
-    import torch
-    from torchvision.ops import box_iou
-
-    from .runtimes import runtime_session
-    int8, fp32 = (runtime_session('onnxruntime', p)
-                  for p in (int8_path, fp32_path))
-    agree = total = 0
-    for image in images:
-        ours, ref = int8(image), fp32(image)
-        if graph == 'SegmentorGraph':
-            agree += int((ours[1] == ref[1]).sum())
-            total += ref[1].size
-            continue
-        confident = ref[1] >= CONFIDENT
-        ref_boxes = torch.from_numpy(ref[0][confident])
-        ref_labels = torch.from_numpy(ref[2][confident])
-        total += len(ref_boxes)
-        if len(ref_boxes) and len(ours[0]):
-            iou = box_iou(ref_boxes, torch.from_numpy(ours[0]))
-            same = ref_labels[:, None] == torch.from_numpy(ours[2])[None]
-            agree += int(((iou >= MATCH_IOU) & same).any(dim=1).sum())
-    budget = LABEL_AGREEMENT if graph == 'SegmentorGraph' else \
-        DETECTION_RECALL
-    agreement = agree / total if total else 1.0
-    return dict(agreement=agreement, compared=total, budget=budget,
-                within=agreement >= budget)
-
-
-def export_int8(fp32_path: str, int8_path: str, graph: str,
-                calibration: Sequence[np.ndarray],
-                check: Sequence[np.ndarray], log=print) -> Dict:
-    """Quantize the verified fp32 file, compare the result with it on the
-    ``check`` images (other images than the calibration ones) and only
-    within the budget move it to ``int8_path``. Returns the comparison with
-    the nodes kept in floating point."""
+def export_int8(fp32_path: str, int8_path: str, cfg, dataset,
+                calibration: Sequence[np.ndarray], held_out: Sequence[int],
+                tolerance: float = TOLERANCE,
+                float_modules: Sequence[str] = (), log=print) -> Dict:
+    """Quantize the verified fp32 file, calibrated on the ``calibration``
+    images (the first items of ``dataset``, the config's test dataset),
+    measure both files on the items ``held_out`` (others than those)
+    (:mod:`.int8_check`) and only where the INT8 file loses at most
+    ``tolerance`` points move it to ``int8_path``. Returns both files'
+    results, the gated figures and the nodes kept in floating point."""
+    from .int8_check import check_loss, measure
+    scope = cfg.default_scope
     with unverified_file(int8_path, '.onnx') as partial:
-        keep_float = quantize_int8(fp32_path, partial, calibration)
+        keep_float = quantize_int8(fp32_path, partial, calibration,
+                                   float_modules)
         log(f'quantized to INT8 on {len(calibration)} calibration images; '
             f'kept in floating point: {len(keep_float)} nodes (XCA\'s '
             'products of two activations, the positional encoding\'s '
-            'projection, the first convolution, the heads\' last layers) '
-            'and every operator but '
-            + ', '.join(QUANTIZED_OPS))
-        row = compare_int8(partial, fp32_path, graph, check)
-        what = ('pixels labelled as by the fp32 file'
-                if graph == 'SegmentorGraph' else
-                f'fp32 detections scoring >= {CONFIDENT} found (same label, '
-                f'box IoU >= {MATCH_IOU})')
-        log(f'  INT8 vs fp32 on {len(check)} other images: '
-            f'{row["agreement"]:.1%} of {row["compared"]} {what}; budget '
-            f'{row["budget"]:.0%}')
-        if not row['compared']:
-            log('  warning: the fp32 file finds no detection scoring >= '
-                f'{CONFIDENT} on these images, so the INT8 file was '
-                'checked on nothing (a model that detects nothing yet: '
-                'untrained, or random weights); check it with tools/test.py '
-                'once it detects')
-        if not row['within']:
-            raise ExportError(
-                f'The INT8 model is outside its accuracy budget: on '
-                f'{len(check)} images it agrees with the fp32 model on '
-                f'{row["agreement"]:.1%} ({what}), at least '
-                f'{row["budget"]:.0%} is required. Calibrate on more '
-                'images (--calib) or keep the fp32 file.')
+            'projection, the first convolution, the heads\' last layers'
+            + (', ' + ', '.join(float_modules) if float_modules else '')
+            + ') and every operator but ' + ', '.join(QUANTIZED_OPS))
+        measured = measure(cfg, scope, dataset, held_out, fp32_path, partial)
+        where = (f'{len(held_out)} held-out images of the test dataset '
+                 f'(items {held_out[0]} to {held_out[-1]}), against '
+                 f'{measured["against"]}')
+        log(f'INT8 vs fp32 on {where}:')
+        rows = check_loss(measured, scope, tolerance, where, log)
         move_into_place(partial, int8_path)
-        return dict(row, float_nodes=keep_float)
+    return dict(measured, losses=rows, float_nodes=keep_float)

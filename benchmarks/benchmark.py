@@ -116,32 +116,28 @@ import argparse
 import itertools
 import json
 import os
-import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-
-from xcit_dense.benchmark import (  # noqa: E402
+from benchmarks.harness import (
     inferable,
     parse_model,
     run_measurement,
     trainable,
     write_outputs,
 )
-from xcit_dense.benchmark.matmul import (  # noqa: E402
+from benchmarks.harness.matmul import (
     matmul_rates,
     matmul_summary,
 )
-from xcit_dense.benchmark.names import (  # noqa: E402
+from benchmarks.harness.names import (
     DETECTORS,
     PEERS,
     refuse_emulated_bf16,
     single_mode,
     usage,
 )
-from xcit_dense.benchmark.published import load_published_code  # noqa: E402
-from xcit_dense.cli import check_output, positive_int, run_cli  # noqa: E402
-from xcit_dense.errors import UserError  # noqa: E402
+from benchmarks.harness.published import load_published_code
+from xcit_dense.cli import check_output, positive_int, run_cli
+from xcit_dense.errors import UserError
 
 
 def parse_size(text):

@@ -26,7 +26,7 @@ def test_backbone_variants_and_ratios(tmp_path):
     assert results['matmul']['fp32_gflops_per_s'] > 0
     assert results['matmul']['bf16_gflops_per_s'] > 0
     # the CPU named with its figures, in both outputs
-    from xcit_dense.benchmark.report import cpu_description
+    from benchmarks.harness.report import cpu_description
     cpu = cpu_description()
     assert results['machine']['cpu'] == cpu['cpu'] != ''
     assert results['machine']['cpu_features'] == cpu['cpu_features']
@@ -63,7 +63,7 @@ def test_cpu_description_reads_linux_cpuinfo(monkeypatch, tmp_path):
     kernels, from /proc/cpuinfo's first processor; named in the table."""
     import builtins
 
-    from xcit_dense.benchmark import report
+    from benchmarks.harness import report
     cpuinfo = tmp_path / 'cpuinfo'
     cpuinfo.write_text(
         'processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n'
@@ -90,7 +90,7 @@ def test_bf16_row_measured_against_the_fp32_reference(tmp_path):
     process)."""
     import argparse
 
-    from xcit_dense.benchmark import measure
+    from benchmarks.harness import measure
     row = measure.measure_here(argparse.Namespace(
         model='xcit_nano_12_p16@bf16', size=(64, 96), batch=1, mode='infer',
         device='cpu', threads=1, repeat=1, warmup=1, out_dir=str(tmp_path),
@@ -108,7 +108,7 @@ def test_executed_multiply_adds_are_the_rows_own():
     (``@bf16``, ``@amp``), whose threshold is higher, does not."""
     import torch
 
-    from xcit_dense.benchmark.measure import _executed_gmac
+    from benchmarks.harness.measure import _executed_gmac
 
     def executed(size, *variants):
         return _executed_gmac('xcit_nano_12_p16', torch.randn(1, 3, *size),
@@ -162,7 +162,7 @@ def test_each_variant_against_the_reference_of_its_precision():
     fp32 rows against @reference, whichever order the rows came in; a
     precision without its own reference falls back to fp32's; an @iter row
     against an iteration's reference."""
-    from xcit_dense.benchmark.report import ratio_rows
+    from benchmarks.harness.report import ratio_rows
 
     def row(model, seconds, mem):
         return dict(model=model, h=64, w=96, batch=1, mode='infer',
@@ -197,8 +197,8 @@ def _results_table(tmp_path, runs, rounds=1):
     """``results.md`` of ``runs`` (each measurement's rounds)."""
     import argparse
 
-    from xcit_dense.benchmark.report import write_table
-    from xcit_dense.benchmark.runs import combine
+    from benchmarks.harness.report import write_table
+    from benchmarks.harness.runs import combine
     args = argparse.Namespace(threads=1, device='cpu', repeat=1, warmup=1,
                               rounds=rounds, matmul_size=256)
     path = tmp_path / 'results.md'
@@ -267,7 +267,7 @@ def test_graph_pools_idle_memory_counts_toward_the_peak():
     counts them (segments of ``torch.cuda.memory._snapshot()``'s layout;
     pool (0, 0) is the caching allocator's own, whose free memory any
     tensor can take)."""
-    from xcit_dense.benchmark.measure import idle_graph_pool_bytes
+    from benchmarks.harness.measure import idle_graph_pool_bytes
 
     def segment(pool, total, allocated):
         return dict(segment_pool_id=pool, total_size=total,
@@ -364,10 +364,10 @@ def test_benchmark_rejects_bad_names(tmp_path):
         with pytest.raises(ValueError, match=re.escape(message)):
             tool['parse_model'](name)
     # an iteration is measured in training only
-    from xcit_dense.benchmark import inferable, trainable
+    from benchmarks.harness import inferable, trainable
     assert trainable('mask_rcnn_swin_t@amp+iter')
     assert not inferable('mask_rcnn_swin_t@amp+iter')
-    from xcit_dense.benchmark.builders import recipe_backbone
+    from benchmarks.harness.builders import recipe_backbone
     for name, fast, graphs in [('always', 'always', 'auto'),
                                ('amp', True, 'auto'),
                                ('amp+eager', True, False),
@@ -378,7 +378,7 @@ def test_benchmark_rejects_bad_names(tmp_path):
             f'mask_rcnn_xcit_s12@{name}')[1])
         assert (backbone['fast_path'], backbone['cuda_graphs']) == \
             (fast, graphs), name
-    from xcit_dense.benchmark.builders import build_detector
+    from benchmarks.harness.builders import build_detector
     detector = build_detector(
         *tool['parse_model']('mask_rcnn_xcit_s12@always'))
     assert detector.backbone.fast_path == 'always'
@@ -438,7 +438,7 @@ def test_a_timeout_is_shown_as_given(tmp_path):
     """--timeout 0.05: the row says 0.05 s (it said 0 s)."""
     import argparse
 
-    from xcit_dense.benchmark.runs import _run_worker
+    from benchmarks.harness.runs import _run_worker
     args = argparse.Namespace(device='cpu', threads=1, repeat=1, warmup=1,
                               out_dir=str(tmp_path), timeout=0.05)
     row = _run_worker('xcit_nano_12_p16', (32, 32), 1, 'infer', args)
@@ -447,7 +447,7 @@ def test_a_timeout_is_shown_as_given(tmp_path):
 
 def test_a_failed_measurement_says_why():
     """A crash in a kernel or the driver is not reported as memory."""
-    from xcit_dense.benchmark.runs import failure_reason
+    from benchmarks.harness.runs import failure_reason
     assert failure_reason(-11, '') == 'killed by SIGSEGV'
     assert failure_reason(-6, 'Fatal Python error') == 'killed by SIGABRT'
     assert failure_reason(-9, '') == 'killed by SIGKILL (out of memory?)'
@@ -467,7 +467,7 @@ def test_training_multiply_adds_of_grouped_convolutions(groups):
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from xcit_dense.benchmark.measure import _conv_backward_flops
+    from benchmarks.harness.measure import _conv_backward_flops
     conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=groups)
     x = torch.randn(2, 16, 6, 8, requires_grad=True)
     with FlopCounterMode(display=False) as forward:
@@ -484,7 +484,7 @@ def _published_row(tmp_path, code):
     32 x 64)."""
     import argparse
 
-    from xcit_dense.benchmark import measure
+    from benchmarks.harness import measure
     args = argparse.Namespace(
         model='xcit_nano_12_p16@published', size=(32, 64), batch=1,
         mode='infer', device='cpu', threads=1, repeat=1, warmup=1,
@@ -506,8 +506,8 @@ def test_published_backbone_row(tmp_path):
 
     import mmdet.utils
 
+    from benchmarks.harness import published
     from xcit_dense import UserError
-    from xcit_dense.benchmark import published
 
     from conftest import REPO
     code = tmp_path / 'xcit.py'
@@ -555,7 +555,7 @@ def test_each_row_against_the_published_backbone():
     """The second ratio table: every XCiT row against ``@published`` of
     its precision (``@published+amp`` for ``@amp`` rows); detectors are
     not compared with the published backbone."""
-    from xcit_dense.benchmark.report import ratio_rows
+    from benchmarks.harness.report import ratio_rows
 
     def row(model, seconds):
         return dict(model=model, h=64, w=96, batch=1, mode='infer',

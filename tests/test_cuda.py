@@ -919,7 +919,8 @@ def test_launch_probe_runs(tmp_path):
     Triton kernels), its kernels and its CUDA graph replay, training steps
     included."""
     import json
-    proc = run_tool('docs/benchmark/gpu/launch_probe.py', '--out', tmp_path,
+    proc = run_tool(sys.executable, '-m', 'benchmarks.gpu.launch_probe',
+                    '--out', tmp_path,
                     '--arch', 'nano_12_p16', '--size', '64x96',
                     '--no-compile', '--triton', 'none', 'xca+lpi')
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -942,7 +943,8 @@ def test_graphs_probe_runs(tmp_path):
     """make gpu-report's split of a graphed training step, at a tiny size:
     a graphed row (one capture) and an eager one, every phase timed."""
     import json
-    proc = run_tool('docs/benchmark/gpu/graphs_probe.py', '--out', tmp_path,
+    proc = run_tool(sys.executable, '-m', 'benchmarks.gpu.graphs_probe',
+                    '--out', tmp_path,
                     '--arch', 'nano_12_p16', '--size', '64x96',
                     '--repeat', '3')
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -961,7 +963,8 @@ def test_iteration_probe_runs(tmp_path):
     Mask R-CNN (its data preprocessor too) and the optimizer's step timed
     on the CPU and the GPU, and one more step under PyTorch's profiler."""
     import json
-    proc = run_tool('docs/benchmark/gpu/iteration_probe.py', '--out',
+    proc = run_tool(sys.executable, '-m', 'benchmarks.gpu.iteration_probe',
+                    '--out',
                     tmp_path, '--models', 'mask_rcnn_xcit_s12@amp+iter',
                     '--size', '64x96', '--repeat', '3', '--profile')
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -984,7 +987,8 @@ def test_host_time_runs_on_cuda(tmp_path):
     """make gpu-report's host time of tiny eager calls, and of one Triton
     launch against one PyTorch operator's, on the GPU."""
     import json
-    proc = run_tool('docs/benchmark/host_time.py', '--device', 'cuda',
+    proc = run_tool(sys.executable, '-m', 'benchmarks.probes.host_time',
+                    '--device', 'cuda',
                     '--arch', 'nano_12_p16', '--rounds', '1', '--steps',
                     '2', '--out', tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

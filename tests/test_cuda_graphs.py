@@ -375,7 +375,7 @@ def test_a_model_that_changes_on_every_call_stops_the_graphs(replays):
     assert len(messages) == 1, messages
     assert 'the model changed between 4 calls in a row' in messages[0]
     # tools/benchmark.py's row says that a @graphs row ran eagerly
-    from xcit_dense.benchmark.measure import fallbacks
+    from benchmarks.harness.measure import fallbacks
     assert fallbacks(net) == dict(graphs_captures=3,
                                   graphs_failure=net.graphs.failure)
 
@@ -459,10 +459,10 @@ def test_auto_keeps_the_graphs_of_the_inputs_that_come_most(
 
 
 def test_graph_admission_tool_prices_both_policies():
-    """``docs/benchmark/graph_admission.py`` (docs/performance.md quotes
+    """``benchmarks/probes/graph_admission.py`` (docs/performance.md quotes
     it): with 20 sizes, the admission rule captures a few times where
     dropping the least recently used captures on most calls."""
-    proc = run_tool_here('docs/benchmark/graph_admission.py', '--calls',
+    proc = run_tool_here('benchmarks/probes/graph_admission.py', '--calls',
                          '300')
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.splitlines()[2:]

@@ -592,12 +592,12 @@ def test_train_keeps_the_graphs_of_the_inputs_that_come_most(replays):
 
 
 def test_launch_delay_tool_times_a_replayed_step():
-    """``docs/benchmark/launch_delay.py`` (docs/performance.md quotes it)
+    """``benchmarks/probes/launch_delay.py`` (docs/performance.md quotes it)
     captures the third step and times the steps' calls to their launch;
     its stand-in capture is undone after it."""
     import re
     capture = cuda_graphs.GraphedTraining.__dict__['capture']
-    proc = run_tool_here('docs/benchmark/launch_delay.py', '--arch',
+    proc = run_tool_here('benchmarks/probes/launch_delay.py', '--arch',
                          'nano_12_p16', '--steps', '14')
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = re.search(r'call to launch ([\d.]+) ms \(median of 4 steps\), '

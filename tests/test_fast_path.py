@@ -541,7 +541,7 @@ def test_failed_compile_runs_eagerly_and_says_so_once(backend):
         'BackendCompilerFailed' if backend is _failing_at_compile
         else 'RuntimeError')
     # tools/benchmark.py's row says that a @compile row ran eagerly
-    from xcit_dense.benchmark.measure import fallbacks
+    from benchmarks.harness.measure import fallbacks
     assert fallbacks(model) == dict(
         compile_failure=model.compile_failure[:300])
     assert fallbacks(randomized()) == {}

@@ -202,14 +202,14 @@ def test_onednn_only_for_enough_tokens(monkeypatch):
 
 @pytest.mark.sizes_matter
 def test_size_tools_print_each_route_and_the_one_taken(capsys):
-    """``docs/benchmark/onednn_size.py`` and ``xca_route.py``, which
+    """``benchmarks/probes/onednn_size.py`` and ``xca_route.py``, which
     measured the size rules (docs/performance.md quotes them), time both
     routes and print the one the package takes at each size."""
     import runpy
 
     from conftest import REPO
     threads = torch.get_num_threads()
-    tools = {name: runpy.run_path(str(REPO / 'docs/benchmark' / name))
+    tools = {name: runpy.run_path(str(REPO / 'benchmarks/probes' / name))
              for name in ('onednn_size.py', 'xca_route.py')}
     try:
         tools['onednn_size.py']['main']([
@@ -542,7 +542,7 @@ def test_gpu_policy_probe_runs(tmp_path, monkeypatch, inference_replays,
     from xcit_dense.models import xca
 
     from conftest import REPO
-    probe = str(REPO / 'docs/benchmark/gpu/policy_probe.py')
+    probe = str(REPO / 'benchmarks/gpu/policy_probe.py')
     out = tmp_path / 'probe.json'
     monkeypatch.setattr(sys, 'argv', [
         'policy_probe.py', '--out', str(out), '--device', 'cpu', '--arch',

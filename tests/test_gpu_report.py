@@ -13,10 +13,10 @@ from conftest import REPO, run_tool_here
 STEPS = {
     'tests': ('timeout -k 30 -s INT 480 python -m pytest',
               'tests/test_cuda.py -n 4 --dist worksteal'),
-    'probe': ('docs/benchmark/gpu/policy_probe.py', '--graphs',
-              'docs/benchmark/gpu/launch_probe.py', '--no-compile',
-              'docs/benchmark/host_time.py --device cuda'),
-    'tiles': ('docs/benchmark/gpu/tile_sweep.py', ),
+    'probe': ('-m benchmarks.gpu.policy_probe', '--graphs',
+              '-m benchmarks.gpu.launch_probe', '--no-compile',
+              '-m benchmarks.probes.host_time --device cuda'),
+    'tiles': ('-m benchmarks.gpu.tile_sweep', ),
     'backbone': ('xcit_small_12_p16@reference',
                  'xcit_small_12_p16@amp', 'xcit_small_12_p16@bf16',
                  '/backbone --sizes 800x1344', '--batch 1 --modes infer',
@@ -27,12 +27,12 @@ STEPS = {
     'heads': ('mask_rcnn_swin_t@amp', 'mask_rcnn_xcit_s12@amp',
               'upernet_xcit_s12@amp', 'mask_rcnn_xcit_s12@amp+iter',
               'mask_rcnn_swin_t@amp+iter', 'upernet_xcit_s12@amp+iter',
-              'docs/benchmark/gpu/iteration_probe.py'),
+              '-m benchmarks.gpu.iteration_probe'),
     'compiled': ('backbone_compiled', 'xcit_small_12_p16@compile',
-                 'docs/benchmark/gpu/launch_probe.py', '--compile-only'),
-    'demos': ('docs/benchmark/gpu/amp_gradients.py',
-              'bash docs/benchmark/gpu/demos.sh', '/demos'),
-    'table': ('docs/benchmark/gpu/table.py', ),
+                 '-m benchmarks.gpu.launch_probe', '--compile-only'),
+    'demos': ('-m benchmarks.gpu.amp_gradients',
+              'bash benchmarks/gpu/demos.sh', '/demos'),
+    'table': ('-m benchmarks.gpu.table', ),
 }
 
 
@@ -154,7 +154,7 @@ def test_demos_train_at_once_and_report_each(tmp_path):
         'case "$1" in *broken*) exit 3;; esac\n')
     out = tmp_path / 'demos'
     proc = subprocess.run(
-        ['bash', 'docs/benchmark/gpu/demos.sh', str(out), 'a/demo_good.py',
+        ['bash', 'benchmarks/gpu/demos.sh', str(out), 'a/demo_good.py',
          'b/demo_good.py', 'a/demo_broken.py'], cwd=REPO,
         capture_output=True, text=True,
         env=dict(os.environ, PYTHON='true', DIST_TRAIN=str(launcher)))
@@ -196,7 +196,7 @@ def test_table_from_the_steps_rows(tmp_path):
                      'LPI, cuda:0, bfloat16': 'OutOfResources: shared'})])
     (tmp_path / 'backbone').mkdir()
     (tmp_path / 'backbone' / 'results.json').write_text(json.dumps(run))
-    proc = run_tool_here('docs/benchmark/gpu/table.py', tmp_path)
+    proc = run_tool_here('benchmarks/gpu/table.py', tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert ('**backbone**: NVIDIA H100 80GB HBM3, PyTorch 2.11.0+cu130, '
@@ -229,13 +229,13 @@ def test_table_from_the_steps_rows(tmp_path):
     (tmp_path / 'backbone_graphs').mkdir()
     (tmp_path / 'backbone_graphs' / 'results.json').write_text(
         json.dumps(run))
-    out = run_tool_here('docs/benchmark/gpu/table.py', tmp_path).stdout
+    out = run_tool_here('benchmarks/gpu/table.py', tmp_path).stdout
     graphed = out.split('**backbone_graphs**')[1]
     assert '| vs straightforward | vs published | peak mem (GiB) |' in graphed
     assert '| vs published |' not in out.split('**backbone_graphs**')[0]
     assert ('| xcit_small_12_p16@graphs | 800x1344 | 1 | infer | 8.3 | '
             '1.49x | 2.00x | 0.31 | 1.00 |  |') in graphed
-    empty = run_tool_here('docs/benchmark/gpu/table.py', tmp_path / 'none')
+    empty = run_tool_here('benchmarks/gpu/table.py', tmp_path / 'none')
     assert empty.returncode != 0 and 'no results.json' in empty.stderr
 
 
@@ -250,7 +250,7 @@ def test_table_file_only_where_there_is_a_table(tmp_path):
     assert f'--out {tmp_path}/table.md' in proc.stdout
     assert '>' not in proc.stdout and 'mkdir' not in proc.stdout
     empty = tmp_path / 'none'
-    proc = run_tool_here('docs/benchmark/gpu/table.py', empty, '--out',
+    proc = run_tool_here('benchmarks/gpu/table.py', empty, '--out',
                          empty / 'table.md')
     assert proc.returncode == 1 and 'no results.json' in proc.stderr
     assert not empty.exists()
@@ -259,7 +259,7 @@ def test_table_file_only_where_there_is_a_table(tmp_path):
                results=[_row('xcit_small_12_p16', 0.0083, 0.30)])
     (tmp_path / 'backbone').mkdir()
     (tmp_path / 'backbone' / 'results.json').write_text(json.dumps(run))
-    proc = run_tool_here('docs/benchmark/gpu/table.py', tmp_path, '--out',
+    proc = run_tool_here('benchmarks/gpu/table.py', tmp_path, '--out',
                          tmp_path / 'table.md')
     assert proc.returncode == 0, proc.stderr
     assert '| xcit_small_12_p16 | 800x1344 | 1 | infer | 8.3 |' in \
@@ -277,7 +277,7 @@ def test_tile_sweep_runs_every_candidate_and_tabulates(tmp_path):
     from xcit_dense.models.ops import lpi_kernels, xca_kernels
     before = (dict(xca_kernels.TILES), xca_kernels.BLOCK_N,
               lpi_kernels.TILE_WARPS, lpi_kernels.BLOCK_N)
-    proc = run_tool_here('docs/benchmark/gpu/tile_sweep.py', '--out',
+    proc = run_tool_here('benchmarks/gpu/tile_sweep.py', '--out',
                          tmp_path, '--dtypes', 'float32', '--size', '5x9',
                          '--channels', '32', '--heads', '2', '--warmup', '0',
                          '--repeat', '1', '--limit', '2')
@@ -292,20 +292,20 @@ def test_tile_sweep_runs_every_candidate_and_tabulates(tmp_path):
                for r in rows), rows
     assert (dict(xca_kernels.TILES), xca_kernels.BLOCK_N,
             lpi_kernels.TILE_WARPS, lpi_kernels.BLOCK_N) == before
-    out = run_tool_here('docs/benchmark/gpu/table.py', tmp_path).stdout
+    out = run_tool_here('benchmarks/gpu/table.py', tmp_path).stdout
     assert '| part | dtype | default (ms) | fastest (ms) |' in out
     assert out.count('| float32 |') == 2
 
 
 def test_compile_probe_rows_on_the_cpu(tmp_path):
-    """``docs/benchmark/gpu/compile_probe.py`` (where the backbone compiled
+    """``benchmarks/gpu/compile_probe.py`` (where the backbone compiled
     with dynamic H and W differs from eager, by part) writes a row per part
     and size; with dynamo's ``eager`` backend nothing is compiled, so each
     part is eager's to rounding (the comparison itself checked), and what
     it switches for the run is put back."""
     from xcit_dense.models.ops import second_moments
     pays = second_moments.pays
-    proc = run_tool_here('docs/benchmark/gpu/compile_probe.py', '--out',
+    proc = run_tool_here('benchmarks/gpu/compile_probe.py', '--out',
                          tmp_path, '--device', 'cpu', '--backend', 'eager',
                          '--parts', 'taps', 'resamplers',
                          '--sizes', '32x48', '48x32')
@@ -326,14 +326,14 @@ def test_compile_probe_rows_on_the_cpu(tmp_path):
 
 
 def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
-    """``docs/benchmark/gpu/amp_gradients.py`` (a training step's gradients
+    """``benchmarks/gpu/amp_gradients.py`` (a training step's gradients
     under autocast against fp32's, by part) on a small COCO Mask2Former
     demo under bf16 autocast: fp32 again is fp32's gradients exactly,
     autocast's differ by its rounding and are finite, and running the pixel
     decoder, or its deformable attention alone, in fp32 changes what
     autocast computes."""
     proc = run_tool_here(
-        'docs/benchmark/gpu/amp_gradients.py', '--out', tmp_path,
+        'benchmarks/gpu/amp_gradients.py', '--out', tmp_path,
         '--device', 'cpu', '--dtype', 'bfloat16', '--batches', '1',
         '--cfg-options', 'model.backbone.depth=4',
         'model.backbone.out_indices=(0,1,2,3)',

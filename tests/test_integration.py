@@ -238,14 +238,14 @@ def test_resume_with_a_group_per_parameter_continues_merged():
 
 
 def test_optimizer_step_tool_compares_both_groupings():
-    """``docs/benchmark/optimizer_step.py`` (docs/training.md quotes it) on
+    """``benchmarks/probes/optimizer_step.py`` (docs/training.md quotes it) on
     the demo recipe: both groupings timed, their operators counted, the
     models the same after their steps."""
     import re
 
     from conftest import REPO, run_tool_here
     proc = run_tool_here(
-        'docs/benchmark/optimizer_step.py',
+        'benchmarks/probes/optimizer_step.py',
         REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py',
         '--steps', '1', '--rounds', '1', '--foreach')
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -261,9 +261,9 @@ def test_optimizer_step_tool_compares_both_groupings():
 @pytest.mark.parametrize('freeze', [True, False])
 def test_collections_tool_times_a_trainings_iterations(freeze, tiny_coco,
                                                        tmp_path):
-    """``docs/benchmark/collections.py`` (docs/performance.md quotes it) on
-    the demo recipe: the collections of the iterations after the skipped
-    ones, by generation, with the run's imports frozen or, with
+    """``benchmarks/probes/gc_collections.py`` (docs/performance.md quotes
+    it) on the demo recipe: the collections of the iterations after the
+    skipped ones, by generation, with the run's imports frozen or, with
     ``--no-freeze``, not; an epoch-based config is one paragraph."""
     import re
 
@@ -276,7 +276,7 @@ def test_collections_tool_times_a_trainings_iterations(freeze, tiny_coco,
             'train_dataloader.persistent_workers=False',
             'model.backbone.depth=4', 'model.backbone.out_indices=[0,1,2,3]']
     proc = run_tool_here(
-        'docs/benchmark/collections.py',
+        'benchmarks/probes/gc_collections.py',
         REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py',
         *args, *([] if freeze else ['--no-freeze']))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -288,7 +288,7 @@ def test_collections_tool_times_a_trainings_iterations(freeze, tiny_coco,
     assert found, line
     assert (int(found[1]) > 0) == freeze
     proc = run_tool_here(
-        'docs/benchmark/collections.py',
+        'benchmarks/probes/gc_collections.py',
         REPO / 'configs/coco/mask_rcnn_xcit_s12_p16_3x_coco.py')
     assert proc.returncode == 1
     assert proc.stderr.startswith('error: ') and 'trains by epochs' in \
@@ -411,7 +411,7 @@ def test_tools_end_their_process_without_collecting(monkeypatch):
     assert at_exit == [gc.freeze]
     mains = {path.name: path.read_text().split("if __name__ == '__main__':")
              for path in (REPO / 'tools').glob('*.py')}
-    mains['measure.py'] = (REPO / 'xcit_dense/benchmark/measure.py'
+    mains['measure.py'] = (REPO / 'benchmarks/harness/measure.py'
                            ).read_text().split("if __name__ == '__main__':")
     for name, parts in mains.items():
         if name != 'cuda_setup.py':

@@ -263,7 +263,7 @@ def test_training_steps_launch_fewer_kernels_on_cudas_path(cudas_path):
 
 def test_host_time_tool_times_cudas_path_with_its_kernels(monkeypatch,
                                                          tmp_path):
-    """docs/benchmark/host_time.py, the host's time of CUDA's eager path
+    """benchmarks/probes/host_time.py, the host's time of CUDA's eager path
     measured on the CPU: it takes the policy's CUDA column itself, its
     default rows go through the Triton kernels (counted, not run), a
     training step through more of them than an inference call, and its
@@ -276,7 +276,7 @@ def test_host_time_tool_times_cudas_path_with_its_kernels(monkeypatch,
         monkeypatch.setitem(policy.POLICY, part, devices)
     threads = torch.get_num_threads()
     try:
-        proc = run_tool_here('docs/benchmark/host_time.py', '--arch',
+        proc = run_tool_here('benchmarks/probes/host_time.py', '--arch',
                              'nano_12_p16', '--width', '32', '--rounds',
                              '1', '--steps', '1', '--out', tmp_path)
     finally:

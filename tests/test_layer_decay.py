@@ -13,7 +13,7 @@ def _build(config, rate):
     from mmengine.optim import build_optim_wrapper
 
     import xcit_dense  # noqa: F401
-    from xcit_dense.benchmark.builders import optim_wrapper_config
+    from benchmarks.harness.builders import optim_wrapper_config
     from xcit_dense.toolkits import use_toolkit
     cfg = Config.fromfile(str(REPO / config))
     cfg.model.backbone.init_cfg = None

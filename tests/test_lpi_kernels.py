@@ -532,7 +532,7 @@ def test_kernels_that_fail_on_a_device_leave_the_straightforward_one(
     assert all('RuntimeError: no kernel image' in m and 'fast_path=False' in m
                for m in messages)
     # tools/benchmark.py's row says what ran instead
-    from xcit_dense.benchmark.measure import fallbacks
+    from benchmarks.harness.measure import fallbacks
     error = 'RuntimeError: no kernel image is available for execution'
     assert fallbacks(model) == dict(triton_kernels={
         "LPI, cpu, float32": error, "XCA's attention, cpu, float32": error})

@@ -310,8 +310,8 @@ def test_benchmark_refuses_bf16_rows_without_native_bf16(
     are refused in one paragraph before anything is measured, and the
     reference matmul is fp32 alone; with native bf16, or on CUDA, as
     before."""
-    from xcit_dense.benchmark.matmul import matmul_rates, matmul_summary
-    from xcit_dense.benchmark.names import refuse_emulated_bf16
+    from benchmarks.harness.matmul import matmul_rates, matmul_summary
+    from benchmarks.harness.names import refuse_emulated_bf16
     rows = ['xcit_nano_12_p16', 'xcit_nano_12_p16@bf16',
             'xcit_nano_12_p16@cp+amp', 'mask_rcnn_xcit_s12@bf16']
     assert refuse_emulated_bf16(rows, 'cpu') is None

@@ -143,7 +143,7 @@ def test_backbone_on_the_kernels_matches_the_straightforward_one(
     assert len(calls) == 4  # every block's XCA
     assert any(name.endswith('attn.temperature') for name in grads)
     # tools/benchmark.py's row names the kernels that ran
-    from xcit_dense.benchmark.measure import fallbacks
+    from benchmarks.harness.measure import fallbacks
     assert fallbacks(model)['triton_kernels'][
         "XCA's attention, cpu, float32"] == 'ran'
 

@@ -6,7 +6,7 @@ The COCO Mask2Former demo trained on an H200 with fp16 AMP
 mAP, below its four fp32 runs on the CPU (0.111 to 0.149 / 0.133 to 0.178),
 where the four other demos trained with AMP landed beside theirs. On the
 CPU fp16 autocast trains it as fp32 does
-(``docs/benchmark/fp16_training_on_cpu.py``) and gives fp32's gradients to
+(``benchmarks/probes/fp16_training_on_cpu.py``) and gives fp32's gradients to
 rounding (below), so what CUDA runs in fp16 that the CPU does not is the
 suspect: mmcv's multi-scale deformable attention kernel, which runs in the
 value's dtype (fp16 under AMP; on the CPU it falls back to
@@ -56,7 +56,7 @@ batch's distance moves up to 2x with the threads' summation order);
 untrained (the config's initialisation, one run) all 1.3e-2 to 6.9e-2.
 Run on a CUDA machine::
 
-    python docs/benchmark/gpu/amp_gradients.py --out DIR \\
+    python -m benchmarks.gpu.amp_gradients --out DIR \\
         [--config configs/coco/demo_mask2former_xcit_nano_synthetic.py] \\
         [--checkpoint FILE] [--batches 3] [--dtype float16]
 
@@ -71,17 +71,13 @@ import argparse
 import json
 import os
 import os.path as osp
-import sys
 import tempfile
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__))))))
-
-from xcit_dense.cli import add_cfg_options, load_config  # noqa: E402
-from xcit_dense.precision import autocast_part, instances  # noqa: E402
-from xcit_dense.toolkits import type_name  # noqa: E402
+from xcit_dense.cli import add_cfg_options, load_config
+from xcit_dense.precision import autocast_part, instances
+from xcit_dense.toolkits import type_name
 
 DEMO = 'configs/coco/demo_mask2former_xcit_nano_synthetic.py'
 

@@ -38,7 +38,7 @@ the CPU, ``fpn1.0.bias``) may be the largest. On the CPU with
 ``--backend aot_eager`` every row is within 7e-5 (2-core Intel Xeon, 30 s).
 Run on a CUDA machine::
 
-    python docs/benchmark/gpu/compile_probe.py --out DIR \\
+    python -m benchmarks.gpu.compile_probe --out DIR \\
         [--sizes 64x96 128x64 96x160] [--backend inductor]
 
 Writes one JSON line per part and size to ``DIR/compile_probe.jsonl`` as
@@ -50,18 +50,14 @@ import copy
 import json
 import os
 import os.path as osp
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__))))))
-
-from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.models.execution.compile import inductor_fixes  # noqa: E402
-from xcit_dense.models.ops import onednn, second_moments  # noqa: E402
-from xcit_dense.models.pyramid import TransposedConvUpsampler  # noqa: E402
+from xcit_dense import XCiT
+from xcit_dense.models.execution.compile import inductor_fixes
+from xcit_dense.models.ops import onednn, second_moments
+from xcit_dense.models.pyramid import TransposedConvUpsampler
 
 
 def relative(out, ref):

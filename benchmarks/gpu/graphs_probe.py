@@ -16,7 +16,7 @@ splits the step, one process, CUDA events beside the CPU's clock:
 
 Run on a CUDA machine::
 
-    python docs/benchmark/gpu/graphs_probe.py --out DIR [--size 800x1344]
+    python -m benchmarks.gpu.graphs_probe --out DIR [--size 800x1344]
 
 Writes one JSON line per row to ``DIR/graphs_probe.jsonl`` as it goes.
 """
@@ -25,16 +25,12 @@ import json
 import os
 import os.path as osp
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__))))))
-
-from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.models.execution import cuda_graphs  # noqa: E402
+from xcit_dense import XCiT
+from xcit_dense.models.execution import cuda_graphs
 
 PHASES = ('zero_grad', 'forward', 'loss', 'backward')
 

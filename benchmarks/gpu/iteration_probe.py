@@ -26,7 +26,7 @@ step (a row without ``@iter`` has its backward in ``between``):
 Medians over ``--repeat`` steps after 3 warm-up steps (a CUDA graph of the
 backbone's step is captured on the third). Run::
 
-    python docs/benchmark/gpu/iteration_probe.py --out DIR \\
+    python -m benchmarks.gpu.iteration_probe --out DIR \\
         --models mask_rcnn_xcit_s12@amp+iter mask_rcnn_swin_t@amp+iter \\
         [--size 800x1344] [--device cuda]
 
@@ -42,17 +42,13 @@ import json
 import os
 import os.path as osp
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__))))))
-
-from xcit_dense.benchmark.matmul import synchronize  # noqa: E402
-from xcit_dense.benchmark.measure import step_of, subject  # noqa: E402
-from xcit_dense.benchmark.names import parse_model  # noqa: E402
+from benchmarks.harness.matmul import synchronize
+from benchmarks.harness.measure import step_of, subject
+from benchmarks.harness.names import parse_model
 
 WARMUP = 3
 

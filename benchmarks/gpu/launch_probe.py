@@ -16,7 +16,7 @@ one process with CUDA events (medians after warm-up):
 
 Run on a CUDA machine::
 
-    python docs/benchmark/gpu/launch_probe.py --out DIR [--size 800x1344] \
+    python -m benchmarks.gpu.launch_probe --out DIR [--size 800x1344] \
         [--triton none xca lpi xca+lpi] [--no-compile | --compile-only]
 
 Writes one JSON line per measurement to ``DIR/launch_probe.jsonl`` (the
@@ -30,18 +30,14 @@ import json
 import os
 import os.path as osp
 import statistics
-import sys
 import time
 from contextlib import nullcontext
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__))))))
-
-from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.models.lpi import LPI  # noqa: E402
-from xcit_dense.models.xca import XCA  # noqa: E402
+from xcit_dense import XCiT
+from xcit_dense.models.lpi import LPI
+from xcit_dense.models.xca import XCA
 
 #: which parts run their Triton kernels in a row
 TRITON = {'none': (), 'xca': (XCA,), 'lpi': (LPI,), 'xca+lpi': (XCA, LPI)}

@@ -12,7 +12,7 @@ GPU's time alone), and XCA's second-moments route (the CPU's, two token
 GEMMs where the ``qkv`` and ``proj`` layers are four) in place of its
 Triton kernels. Run on a CUDA machine::
 
-    python docs/benchmark/gpu/policy_probe.py --out probe.json \
+    python -m benchmarks.gpu.policy_probe --out probe.json \
         [--compile] [--graphs]
 
 Prints one JSON line per measurement and writes them all to ``--out``.
@@ -24,26 +24,22 @@ import json
 import os
 import os.path as osp
 import statistics
-import sys
 import time
 from unittest import mock
 
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__))))))
-
-from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.benchmark.matmul import synchronize  # noqa: E402
-from xcit_dense.models import xca  # noqa: E402
-from xcit_dense.models.block import XCABlock  # noqa: E402
-from xcit_dense.models.lpi import LPI  # noqa: E402
-from xcit_dense.models.mlp import Mlp  # noqa: E402
-from xcit_dense.models.positional_encoding import CachedFourierEncoding  # noqa: E402
-from xcit_dense.models.pyramid import TransposedConvUpsampler  # noqa: E402
-from xcit_dense.models.stem import ConvPatchEmbed  # noqa: E402
-from xcit_dense.models.xca import XCA  # noqa: E402
+from benchmarks.harness.matmul import synchronize
+from xcit_dense import XCiT
+from xcit_dense.models import xca
+from xcit_dense.models.block import XCABlock
+from xcit_dense.models.lpi import LPI
+from xcit_dense.models.mlp import Mlp
+from xcit_dense.models.positional_encoding import CachedFourierEncoding
+from xcit_dense.models.pyramid import TransposedConvUpsampler
+from xcit_dense.models.stem import ConvPatchEmbed
+from xcit_dense.models.xca import XCA
 
 PARTS = dict(stem=ConvPatchEmbed, pos=CachedFourierEncoding, xca=XCA,
              lpi=LPI, mlp=Mlp, block=XCABlock,

@@ -15,7 +15,7 @@ GPU, PyTorch, CUDA and the command. Rows that failed show their error. After
 them, from ``tile_sweep.jsonl`` (``STEP=tiles``), the Triton kernels'
 default tiles against the fastest candidate, per part and dtype. Run::
 
-    python docs/benchmark/gpu/table.py work_dirs/gpu_report \
+    python -m benchmarks.gpu.table work_dirs/gpu_report \
         --out work_dirs/gpu_report/table.md
 
 (``make gpu-report STEP=table``): the table is printed and, with ``--out``,
@@ -25,17 +25,13 @@ without rows writes nothing.
 import argparse
 import json
 import os.path as osp
-import sys
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__))))))
-
-from xcit_dense.atomic_files import (  # noqa: E402
+from benchmarks.harness.names import parse_model
+from benchmarks.harness.report import ratio_rows
+from xcit_dense.atomic_files import (
     move_into_place,
     unverified_file,
 )
-from xcit_dense.benchmark.names import parse_model  # noqa: E402
-from xcit_dense.benchmark.report import ratio_rows  # noqa: E402
 
 STEPS = ('backbone', 'backbone_train', 'backbone_graphs',
          'backbone_graphs_train',
@@ -91,7 +87,7 @@ def tile_table(report: str) -> list:
         rows = [json.loads(line) for line in f if line.strip()]
     tolerances = ', '.join(f'{dtype} {tol:g}'
                            for dtype, tol in TOLERANCE.items())
-    lines = ['**tiles**: `python docs/benchmark/gpu/tile_sweep.py` (forward '
+    lines = ['**tiles**: `python -m benchmarks.gpu.tile_sweep` (forward '
              'and backward, ms; the fastest among the candidates within the '
              f"tests' tolerance of the default's results: {tolerances})", '',
              '| part | dtype | default (ms) | fastest (ms) | its constants |'

@@ -21,7 +21,7 @@ that does not compile or run records it, the others go on). Rows are
 written as they come to ``DIR/tile_sweep.jsonl``; the default's row has
 ``"default": true``. Run on a CUDA machine::
 
-    python docs/benchmark/gpu/tile_sweep.py --out DIR
+    python -m benchmarks.gpu.tile_sweep --out DIR
 
 (On the CPU, under ``TRITON_INTERPRET=1``, the same runs interpreted at a
 tiny size, ``--size 2x3 --channels 32 --heads 2``: the tests check the
@@ -31,20 +31,14 @@ import argparse
 import json
 import os
 import os.path as osp
-import sys
 import time
 from contextlib import contextmanager
 from itertools import islice
 
 import torch
 
-HERE = osp.dirname(osp.abspath(__file__))
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(HERE))))
-sys.path.insert(1, HERE)  # launch_probe.py's timing
-
-import launch_probe  # noqa: E402
-
-from xcit_dense.models.ops import lpi_kernels, xca_kernels  # noqa: E402
+from benchmarks.gpu import launch_probe
+from xcit_dense.models.ops import lpi_kernels, xca_kernels
 
 DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16,
           'float16': torch.float16}

@@ -3,14 +3,15 @@ the caller): XCiT backbones and their peers, whole detectors and segmentors
 from our configs and mmdet's."""
 import functools
 
-from ..toolkits import type_name
+from xcit_dense.toolkits import type_name
+
 from .names import DETECTORS, SEGMENTORS, config_path
 
 
 def build_backbone(base: str, variants: set):
     """A backbone by benchmark name, random weights."""
     if base.startswith('xcit_'):
-        from ..models import XCiT
+        from xcit_dense.models import XCiT
         return XCiT(arch=base[len('xcit_'):], with_cp='cp' in variants,
                     compile_cfg=True if 'compile' in variants else None,
                     autocast_dtype='bfloat16' if 'bf16' in variants else None,
@@ -18,7 +19,7 @@ def build_backbone(base: str, variants: set):
                     'always' if 'always' in variants else True,
                     cuda_graphs='train' if 'graphs' in variants else False)
     if base in ('swin_t', 'r50'):
-        from ..toolkits import use_toolkit
+        from xcit_dense.toolkits import use_toolkit
         models = use_toolkit('mmdet').MODELS
         if base == 'swin_t':
             return models.build(dict(
@@ -84,7 +85,7 @@ def optim_wrapper_config(optim_wrapper, amp: bool, device: str) -> dict:
             wrapper['type'] = 'AmpOptimWrapper'
             wrapper.setdefault('loss_scale', 'dynamic')
         else:
-            from ..runner import without_amp
+            from xcit_dense.runner import without_amp
             without_amp(wrapper)
     return wrapper
 
@@ -97,7 +98,7 @@ def build_optim_wrapper(base: str, model, amp: bool, device: str):
     """
     from mmengine.optim import build_optim_wrapper as build
 
-    from ..toolkits import use_toolkit
+    from xcit_dense.toolkits import use_toolkit
     wrapper = optim_wrapper_config(recipe_config(base).optim_wrapper, amp,
                                    device)
     use_toolkit('mmdet' if base in DETECTORS else 'mmseg')
@@ -105,7 +106,7 @@ def build_optim_wrapper(base: str, model, amp: bool, device: str):
 
 
 def build_detector(base: str, variants: set):
-    from ..toolkits import use_toolkit
+    from xcit_dense.toolkits import use_toolkit
     cfg = recipe_config(base)
     models = use_toolkit('mmdet').MODELS
     cfg.model.backbone.init_cfg = None  # random weights, no download
@@ -115,7 +116,7 @@ def build_detector(base: str, variants: set):
     if 'bf16' in variants:  # the networks in bf16, all between them fp32
         import torch
 
-        from ..precision import DETECTOR_PARTS, autocast_part
+        from xcit_dense.precision import DETECTOR_PARTS, autocast_part
         for name in DETECTOR_PARTS:
             autocast_part(model.get_submodule(name), torch.bfloat16)
     return model
@@ -136,8 +137,8 @@ def sharpen_classifiers(detector):
 def build_detector_graph(base: str):
     """The whole detector as exported (image in, detections out), random
     weights (seeded by the caller), classifiers sharpened."""
-    from ..deploy import DetectorGraph
-    from ..inference import init_model
+    from xcit_dense.deploy import DetectorGraph
+    from xcit_dense.inference import init_model
     cfg = recipe_config(base)
     cfg.model.backbone.init_cfg = None  # random weights, no download
     return DetectorGraph(sharpen_classifiers(init_model(cfg, None)))
@@ -146,8 +147,8 @@ def build_detector_graph(base: str):
 def build_segmentor(base: str, variants: set, device: str):
     """The mmseg model of a segmentor config (for training steps), random
     weights; SyncBN as BatchNorm on the CPU."""
-    from ..runner import replace_syncbn
-    from ..toolkits import use_toolkit
+    from xcit_dense.runner import replace_syncbn
+    from xcit_dense.toolkits import use_toolkit
     cfg = recipe_config(base)
     models = use_toolkit('mmseg').MODELS
     cfg.model.backbone.init_cfg = None  # random weights, no download
@@ -160,8 +161,8 @@ def build_segmentor(base: str, variants: set, device: str):
 def build_segmentor_graph(base: str, variants: set):
     """The whole segmentor as exported (image in, logits and labels out),
     random weights (seeded by the caller)."""
-    from ..deploy import SegmentorGraph
-    from ..inference import init_model
+    from xcit_dense.deploy import SegmentorGraph
+    from xcit_dense.inference import init_model
     cfg = recipe_config(base)
     cfg.model.backbone.init_cfg = None  # random weights, no download
     cfg.model.backbone.fast_path = 'always' if 'always' in variants \
@@ -180,7 +181,7 @@ def build_exportable(base: str):
         return build_segmentor_graph(base, {'reference'})
     if base in DETECTORS:
         return build_detector_graph(base)
-    from ..deploy import FeatureGraph
+    from xcit_dense.deploy import FeatureGraph
     holder = torch.nn.Module()
     holder.backbone = build_backbone(base, {'reference'}).eval()
     return FeatureGraph(holder, with_neck=False)
@@ -211,6 +212,6 @@ def segmentation_data(model, batch: int, h: int, w: int) -> dict:
 def example_input(base: str, batch: int, size):
     """The input of a runtime / segmentor measurement: the first one the
     export verification uses (pixel values for whole models)."""
-    from ..deploy import random_input
+    from xcit_dense.deploy import random_input
     return random_input(batch, 3, *size,
                         images=base in SEGMENTORS or base in DETECTORS)

@@ -40,7 +40,7 @@ def reference_dtypes(device: str) -> Tuple[str, ...]:
     """The reference's dtypes on ``device``: fp32 and bf16, fp32 alone on a
     CPU without native bf16
     (:func:`~xcit_dense.precision.cpu_has_native_bf16`)."""
-    from .. import precision
+    from xcit_dense import precision
     if device == 'cpu' and not precision.cpu_has_native_bf16():
         return ('float32', )
     return ('float32', 'bfloat16')

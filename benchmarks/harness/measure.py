@@ -1,6 +1,6 @@
 """One measurement, in the process that runs it (``tools/benchmark.py``
 starts a fresh process per measurement: ``python -m
-xcit_dense.benchmark.measure``, arguments as the tool's hidden worker
+benchmarks.harness.measure``, arguments as the tool's hidden worker
 options). Prints one JSON line."""
 import argparse
 import json
@@ -13,9 +13,10 @@ from typing import Callable, Dict, List, NamedTuple, Optional
 
 import torch
 
-from ..cli import run_cli
-from ..deploy import random_input
-from ..deploy.runtimes import runtime_session
+from xcit_dense.cli import run_cli
+from xcit_dense.deploy import random_input
+from xcit_dense.deploy.runtimes import runtime_session
+
 from .builders import (
     build_backbone,
     build_detector,
@@ -60,12 +61,12 @@ CALIBRATION_IMAGES = 4
 def export_row(args) -> dict:
     """Export (and verify) the model at the size, in this process; for an
     ``int8`` model, quantize the fp32 file exported before it."""
-    from ..deploy import export_onnx
+    from xcit_dense.deploy import export_onnx
     base, variants = parse_model(args.model)
     path = onnx_file(args.out_dir, args.model, args.size)
     start = time.perf_counter()
     if 'int8' in variants:
-        from ..deploy.quantization import quantize_int8
+        from xcit_dense.deploy.quantization import quantize_int8
         images = [random_input(args.batch, 3, *args.size, images=True,
                                seed=i).numpy()
                   for i in range(CALIBRATION_IMAGES)]
@@ -288,7 +289,7 @@ def _training_counts(item: Subject, args, variants: set,
     With ``cp`` the recomputed forward is counted: it is executed work."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ..models import fast_path
+    from xcit_dense.models import fast_path
     backbone = _xcit_in(item.model)
     if backbone is not None:
         backbone.compile_cfg = None
@@ -307,7 +308,7 @@ def _training_counts(item: Subject, args, variants: set,
 def _xcit_in(model):
     """The XCiT in ``model`` (itself, or a detector's or segmentor's
     backbone), or None."""
-    from ..models import XCiT
+    from xcit_dense.models import XCiT
     backbone = getattr(model, 'backbone', model)
     return backbone if isinstance(backbone, XCiT) else None
 
@@ -319,8 +320,8 @@ def fallbacks(model) -> dict:
     why they stopped, so that a ``@compile`` or ``@graphs`` row that ran
     eagerly says so; and which Triton kernels ran in the row's process, or
     the error that sent their part to its straightforward computation."""
-    from ..models import policy
-    from ..models.ops import triton_support
+    from xcit_dense.models import policy
+    from xcit_dense.models.ops import triton_support
     backbone = _xcit_in(model)
     if backbone is None:
         return {}
@@ -388,7 +389,7 @@ def _diff_to_exported(base: str, out, x) -> dict:
     """Largest difference of the (float) outputs to the straightforward
     fp32 PyTorch computation with the same weights, relative to its largest
     value."""
-    from ..models import fast_path
+    from xcit_dense.models import fast_path
     reference = build_exportable(base)
     with torch.no_grad(), fast_path(False):
         refs = reference(x)

@@ -3,7 +3,7 @@ backbones, whole detectors and segmentors (see ``tools/benchmark.py``)."""
 import os.path as osp
 from typing import Optional, Tuple
 
-from ..deploy.runtimes import RUNTIMES
+from xcit_dense.deploy.runtimes import RUNTIMES
 
 PEERS = ('swin_t', 'r50', 'vit_s16', 'vit_b16')
 DETECTORS = {
@@ -41,7 +41,7 @@ def parse_model(name: str):
     if base.startswith('xcit_') or base in SEGMENTORS:
         allowed = SEGMENTOR_VARIANTS if base in SEGMENTORS else XCIT_VARIANTS
         if base.startswith('xcit_'):
-            from ..models import ARCH_SETTINGS
+            from xcit_dense.models import ARCH_SETTINGS
             if base[len('xcit_'):] not in ARCH_SETTINGS:
                 raise ValueError(f'unknown XCiT preset in {name!r}; presets:'
                                  f' {", ".join(ARCH_SETTINGS)}')
@@ -124,7 +124,7 @@ def refuse_emulated_bf16(models, device: str) -> Optional[str]:
     (:func:`~xcit_dense.precision.cpu_has_native_bf16`), where they would
     time PyTorch's emulation of bf16 (XCiT-S12/16 at 256x384: 8.5x fp32's
     time on an AMD EPYC with AVX2 alone); None where none is refused."""
-    from .. import precision
+    from xcit_dense import precision
     emulated = [n for n in models if bf16_on_cpu(n, device)]
     if not emulated or precision.cpu_has_native_bf16():
         return None

@@ -20,7 +20,7 @@ import warnings
 
 import torch.nn as nn
 
-from ..errors import UserError, first_line
+from xcit_dense.errors import UserError, first_line
 
 #: the published code's backbone class
 CLASS = 'XCiT'
@@ -101,7 +101,7 @@ def build_published(path: str, arch: str) -> nn.Module:
     patch size, width, depth, heads, ``mlp_ratio=4``, ``qkv_bias=True``,
     eta, the taps of its depth), without stochastic depth (as the
     benchmark's XCiT rows), initialised by its own ``init_weights``."""
-    from ..models.presets import ARCH_SETTINGS, DEFAULT_OUT_INDICES
+    from xcit_dense.models.presets import ARCH_SETTINGS, DEFAULT_OUT_INDICES
     settings = ARCH_SETTINGS[arch]
     model = getattr(load_published_code(path), CLASS)(
         patch_size=settings['patch_size'], embed_dim=settings['embed_dim'],
@@ -116,8 +116,8 @@ def straightforward_twin(published: nn.Module, arch: str) -> nn.Module:
     """Our straightforward computation (``XCiT(fast_path=False)``) with the
     published model's weights, loaded as a published checkpoint is
     (strictly, ``pos_embeder`` renamed)."""
-    from ..checkpoint.backbone import convert_state_dict
-    from ..models import XCiT
+    from xcit_dense.checkpoint.backbone import convert_state_dict
+    from xcit_dense.models import XCiT
     twin = XCiT(arch=arch, fast_path=False)
     state, _ = convert_state_dict(published.state_dict())
     twin.load_state_dict(state)

@@ -47,7 +47,7 @@ def _export(model, base, size, batch, args, int8=False) -> dict:
 def _run_worker(model, size, batch, mode, args) -> dict:
     """Run :mod:`.measure` in a fresh process; a failure is a row with
     ``error``."""
-    cmd = [sys.executable, '-m', 'xcit_dense.benchmark.measure',
+    cmd = [sys.executable, '-m', 'benchmarks.harness.measure',
            '--model', model, '--size', f'{size[0]}x{size[1]}',
            '--batch', str(batch), '--mode', mode, '--device', args.device,
            '--threads', str(args.threads), '--repeat', str(args.repeat),

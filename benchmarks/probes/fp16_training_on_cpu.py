@@ -14,7 +14,7 @@ autocast) are not what a GPU runs either. The loss scaler is PyTorch's
 the config's gradient clipping as ``AmpOptimWrapper`` does; its scale is
 logged as ``loss_scale``.
 
-    python docs/benchmark/fp16_training_on_cpu.py CONFIG [tools/train.py
+    python -m benchmarks.probes.fp16_training_on_cpu CONFIG [tools/train.py
         options]
 
 On a 2-core Intel Xeon with AMX (PyTorch 2.12.1, commit c906ebf), the COCO

@@ -8,19 +8,14 @@ process holds); the iterations are those after ``--skip`` (the first ones
 build the data loader's iterator, cache and warm up). ``--no-freeze``
 runs the training without ``run_cli``'s ``gc.freeze``, to compare::
 
-    python docs/benchmark/collections.py CONFIG [--iters 45] [--skip 5]
+    python -m benchmarks.probes.collections CONFIG [--iters 45] [--skip 5]
         [--work-dir DIR] [--no-freeze] [--cfg-options KEY=VALUE ...]
 
 CONFIG: an iteration-based training (the demos, the ADE20K recipes).
 Prints the import's collections, then one line for the iterations.
 """
 import gc
-import os.path as osp
-import sys
 import time
-
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, REPO)
 
 
 class Collections:
@@ -57,6 +52,7 @@ import xcit_dense  # noqa: E402,F401
 _imported = time.perf_counter() - _start
 IMPORT.stop()
 
+# after the import's collections are counted
 import argparse  # noqa: E402
 
 from mmengine.config import DictAction  # noqa: E402

@@ -13,22 +13,17 @@ replay 0.30 (AMP inference of XCiT-S12/16 at 800x1344 on the H200, 3.7 ms
 against 12.4 ms eagerly, docs/performance.md), a capture ``--capture``
 (two warm-up forwards, the captured one and the graph's instantiation)::
 
-    python docs/benchmark/graph_admission.py [--calls 5000] [--capture 4]
+    python -m benchmarks.probes.graph_admission [--calls 5000] [--capture 4]
 """
 import argparse
-import os.path as osp
 import random
-import sys
 from unittest import mock
 
 import torch
 import torch.nn as nn
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
-
-from xcit_dense.models.execution import cuda_graphs  # noqa: E402
-from xcit_dense.models.execution.cuda_graphs import recurrence  # noqa: E402
+from xcit_dense.models.execution import cuda_graphs
+from xcit_dense.models.execution.cuda_graphs import recurrence
 
 REPLAY = 3.7 / 12.4
 

@@ -19,7 +19,7 @@ Triton kernel's call against one PyTorch operator's (a pre-norm, 5
 tokens, in the kernel and in ``nn.LayerNorm``: microseconds per call, the
 GPU synchronised once per 200 calls)::
 
-    python docs/benchmark/host_time.py [--device cuda] [--arch small_12_p16]
+    python -m benchmarks.probes.host_time [--device cuda] [--arch small_12_p16]
         [--width 64] [--rounds 3] [--steps 15] [--out DIR]
 
 Prints a line per row; with ``--out``, also writes them to
@@ -104,7 +104,7 @@ def main() -> None:
     if args.device == 'cpu':
         os.environ['TRITON_INTERPRET'] = '1'  # before Triton is imported
     import torch
-    sys.path.insert(0, ROOT)
+
     from xcit_dense import XCiT, fast_path
     from xcit_dense.models import policy
     from xcit_dense.models.ops import triton_support

@@ -15,7 +15,7 @@ longer at most 1333, aspect kept), each batch padded to a multiple of 32
 as the data preprocessor pads it; it prints the variants asked for so far
 after each batch, then by kernel::
 
-    python docs/benchmark/kernel_variants.py [--preset nano_12_p16]
+    python -m benchmarks.probes.kernel_variants [--preset nano_12_p16]
         [--batches 30] [--dtype float16] [--seed 0]
 
 No GPU needed; each batch takes the CPU the preset's convolutions and
@@ -25,15 +25,16 @@ EPYC).
 import argparse
 import os.path as osp
 import random
-import sys
+import runpy
 import time
 from collections import Counter
+from types import SimpleNamespace
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, osp.join(ROOT, 'tools'))
-
-import compile_kernels  # noqa: E402
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+#: tools/compile_kernels.py's recording of launches and its model's run
+compile_kernels = SimpleNamespace(**runpy.run_path(
+    osp.join(REPO, 'tools', 'compile_kernels.py'),
+    run_name='compile_kernels'))
 
 #: the commonest COCO image sizes (height, width)
 COCO_SIZES = ((480, 640), (640, 480), (427, 640), (640, 427), (375, 500),

@@ -11,11 +11,10 @@ commit's ``xcit_dense/models/cuda_graphs.py`` (from ``git show
 COMMIT:xcit_dense/models/cuda_graphs.py > FILE``) for a side by side
 comparison::
 
-    python docs/benchmark/launch_delay.py [--module FILE] [--steps 60]
+    python -m benchmarks.probes.launch_delay [--module FILE] [--steps 60]
 """
 import argparse
 import importlib.util
-import os.path as osp
 import statistics
 import sys
 import time
@@ -23,11 +22,8 @@ from unittest import mock
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
-
-from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.models.execution import cuda_graphs  # noqa: E402
+from xcit_dense import XCiT
+from xcit_dense.models.execution import cuda_graphs
 
 
 def graphs_module(path):

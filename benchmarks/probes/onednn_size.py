@@ -13,21 +13,16 @@ round of each, fp32, in inference and in training (forward and backward);
 prints the ratio (standard operators / oneDNN: above 1 oneDNN is faster)
 and the backend the package takes::
 
-    python docs/benchmark/onednn_size.py [--arch nano_12_p16]
+    python -m benchmarks.probes.onednn_size [--arch nano_12_p16]
         [--grids 4 8 12 16 20 24 32 48] [--batch 2] [--threads 2]
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
-
-from xcit_dense import XCiT, fast_path  # noqa: E402
-from xcit_dense.benchmark.measure import timed  # noqa: E402
-from xcit_dense.models.ops import onednn  # noqa: E402
+from benchmarks.harness.measure import timed
+from xcit_dense import XCiT, fast_path
+from xcit_dense.models.ops import onednn
 
 
 def main(argv=None) -> None:

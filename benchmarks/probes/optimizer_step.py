@@ -14,14 +14,13 @@ operators launches at least one kernel; ``--foreach`` takes that path on
 the CPU too), and at the end the largest difference between the two
 models' parameters (0: merging changes no update)::
 
-    python docs/benchmark/optimizer_step.py [CONFIG] [--device cuda]
+    python -m benchmarks.probes.optimizer_step [CONFIG] [--device cuda]
         [--foreach]
 """
 import argparse
 import copy
 import os.path as osp
 import statistics
-import sys
 import time
 
 import torch
@@ -29,7 +28,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-sys.path.insert(0, REPO)
 
 
 class _CountOps(TorchDispatchMode):
@@ -52,7 +50,7 @@ def build(config: str, device: str, foreach: bool):
     from mmengine.config import Config
 
     import xcit_dense  # noqa: F401
-    from xcit_dense.benchmark.builders import optim_wrapper_config
+    from benchmarks.harness.builders import optim_wrapper_config
     from xcit_dense.toolkits import use_toolkit
     cfg = Config.fromfile(config)
     cfg.model.backbone.init_cfg = None

@@ -12,21 +12,16 @@ and under bf16 autocast, in inference and in training (forward and
 backward); prints the ratio (straightforward / second moments: above 1 the
 second moments are faster) and the route the package takes::
 
-    python docs/benchmark/xca_route.py [--arch small_12_p16]
+    python -m benchmarks.probes.xca_route [--arch small_12_p16]
         [--tokens 64 256 384 576 768 1024 1536 2048 4200] [--threads 2]
 """
 import argparse
-import os.path as osp
-import sys
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
-    osp.abspath(__file__)))))
-
-from xcit_dense import XCiT  # noqa: E402
-from xcit_dense.benchmark.measure import timed  # noqa: E402
-from xcit_dense.models.ops import second_moments  # noqa: E402
+from benchmarks.harness.measure import timed
+from xcit_dense import XCiT
+from xcit_dense.models.ops import second_moments
 
 
 def main(argv=None) -> None:

@@ -1,0 +1,2 @@
+"""``make gpu-report``'s probes and its table
+(``benchmarks/gpu_report.mk``)."""

@@ -155,11 +155,9 @@ def test_int8_detector_is_measured_and_refused_where_it_loses(
     paragraph names both figures, no file is left), written within it;
     XCA's products of two activations and the layers named stay in
     floating point."""
-    from mmdet.evaluation import CocoMetric
     from mmengine.config import Config
 
-    from xcit_dense.deploy import load_exported, quantization
-    from xcit_dense.deploy.int8_check import as_reference
+    from xcit_dense.deploy import quantization
     from xcit_dense.deploy.runtimes import read_metadata
     config, out = exported_detector[0], exported_detector[3]
     cfg = Config.fromfile(str(config))
@@ -167,19 +165,9 @@ def test_int8_detector_is_measured_and_refused_where_it_loses(
     assert [im.shape for im in data['calibration']] == [(1, 3, 128, 128)] * 2
     assert list(data['held_out']) == [2, 3]  # all the others: the set is small
     # annotations the fp32 file finds (a random detector finds none of the
-    # dataset's): its confident detections, on every image of the annotation
-    # file, of which only the held-out ones may count
-    reference, gts = load_exported(str(out)), []
-    for i in range(4):
-        item = data['dataset'][i]
-        sample = reference.infer(item['inputs'], item['data_samples'])
-        as_reference(sample, [sample])
-        gts.append(dict(img_id=sample.img_id, width=sample.ori_shape[1],
-                        height=sample.ori_shape[0], anns=sample.instances))
-    metric = CocoMetric()
-    metric.dataset_meta = data['dataset'].metainfo
-    cfg.test_evaluator.ann_file = metric.gt_to_coco_json(
-        gts, str(tmp_path / 'fp32'))
+    # dataset's), of which only the held-out images' may count
+    cfg.test_evaluator.ann_file = fp32_annotations(out, data['dataset'],
+                                                   tmp_path / 'fp32')
     int8 = tmp_path / 'mask_rcnn.int8.onnx'
     with pytest.raises(ExportError) as refused:
         quantization.export_int8(str(out), str(int8), cfg, log=print, **data)
@@ -208,10 +196,45 @@ def test_int8_detector_is_measured_and_refused_where_it_loses(
     bbox = row['losses']['bbox_mAP']
     assert bbox[0] == 100 and 0 <= bbox[1] < 99 and bbox[2] == 100 - bbox[1]
     assert lines[4].startswith(f'  lost: bbox_mAP {bbox[2]:.2f} points')
-    quantized = onnx.load(str(int8))
+    fp32 = onnx.load(str(out))
+    check_float_nodes(onnx.load(str(int8)), fp32, row['float_nodes'])
+    assert read_metadata(str(int8)) == read_metadata(str(out))
+    # the layers of the modules --int8-keep-float names
+    mask_head = quantization.nodes_in_modules(fp32, ['roi_head.mask_head'])
+    assert len(mask_head) == 4 + 1 + 1  # convs, upsample, conv_logits
+    with pytest.raises(UserError, match='--int8-keep-float roi_head.nope: '
+                       'no layer'):
+        quantization.nodes_in_modules(fp32, ['roi_head', 'roi_head.nope'])
+
+
+def fp32_annotations(out, dataset, prefix):
+    """A COCO annotation file of the confident detections (boxes, labels,
+    masks) that the exported file ``out`` finds on every image of
+    ``dataset``, written as mmdet's ``CocoMetric`` writes ground truth."""
+    from mmdet.evaluation import CocoMetric
+
+    from xcit_dense.deploy import load_exported
+    from xcit_dense.deploy.int8_check import as_reference
+    reference, gts = load_exported(str(out)), []
+    for i in range(len(dataset)):
+        item = dataset[i]
+        sample = reference.infer(item['inputs'], item['data_samples'])
+        as_reference(sample, [sample])
+        gts.append(dict(img_id=sample.img_id, width=sample.ori_shape[1],
+                        height=sample.ori_shape[0], anns=sample.instances))
+    metric = CocoMetric()
+    metric.dataset_meta = dataset.metainfo
+    return metric.gt_to_coco_json(gts, str(prefix))
+
+
+def check_float_nodes(quantized, fp32, float_nodes):
+    """The INT8 graph ``quantized`` of ``fp32`` runs its linear layers on
+    dequantized INT8 values and ``float_nodes`` in floating point: XCA's
+    products of two activations, the positional encoding's projection,
+    the first convolution and the heads' last layers."""
+    from xcit_dense.deploy import quantization
     types = [n.op_type for n in quantized.graph.node]
     assert 'QuantizeLinear' in types and 'DequantizeLinear' in types
-    fp32 = onnx.load(str(out))
     products = quantization.float_matmuls(fp32)  # q k^T, attn v per block
     assert len(products) == 2 * TINY['depth']
     encoding = quantization.size_only_nodes(fp32)  # the projection
@@ -222,23 +245,14 @@ def test_int8_detector_is_measured_and_refused_where_it_loses(
     assert len(heads) == 2 * 5 + 3
     first = quantization.first_layers(fp32)  # the stem's first convolution
     assert len(first) == 1 and first[0] not in encoding
-    assert sorted(row['float_nodes']) == sorted(products + encoding + first +
-                                                heads)
+    assert sorted(float_nodes) == sorted(products + encoding + first + heads)
     dequantized = {o for n in quantized.graph.node for o in n.output
                    if n.op_type == 'DequantizeLinear'}
-    float_nodes = [n for n in quantized.graph.node
-                   if n.name in row['float_nodes']]
-    assert len(float_nodes) == len(row['float_nodes'])
-    assert not any(set(n.input) & dequantized for n in float_nodes)
+    found = [n for n in quantized.graph.node if n.name in float_nodes]
+    assert len(found) == len(float_nodes)
+    assert not any(set(n.input) & dequantized for n in found)
     assert any(set(n.input) & dequantized for n in quantized.graph.node
                if n.op_type == 'MatMul')  # the linear layers are INT8
-    assert read_metadata(str(int8)) == read_metadata(str(out))
-    # the layers of the modules --int8-keep-float names
-    mask_head = quantization.nodes_in_modules(fp32, ['roi_head.mask_head'])
-    assert len(mask_head) == 4 + 1 + 1  # convs, upsample, conv_logits
-    with pytest.raises(UserError, match='--int8-keep-float roi_head.nope: '
-                       'no layer'):
-        quantization.nodes_in_modules(fp32, ['roi_head', 'roi_head.nope'])
 
 
 def test_backbone_and_neck_of_a_detector(tmp_path):

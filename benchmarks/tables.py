@@ -18,7 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import demo_tables
+from . import demo_tables, export_tables
 from . import results as res
 from . import table_kinds as kinds
 from . import targets as tg
@@ -36,6 +36,7 @@ TABLES = {
     'cpu-published': kinds.cpu_published,
     'cpu-scaling': kinds.cpu_scaling,
     'machines': kinds.machines,
+    'export-cpu': export_tables.export_cpu,
     **demo_tables.TABLES,
 }
 #: and ``rows-<results file>`` for each results file: every row of it

@@ -94,8 +94,8 @@ def test_a_differing_table_and_an_unknown_name_fail(tmp_path):
     assert '| `run` | m, default, fp32 |' in doc.read_text()
     assert tables.run(check=True, root=tmp_path, results=results_of()) \
         == ["docs/a.md: no table is named 'nonesuch'; the tables: cpu, gpu, "
-            'targets, cpu-published, cpu-scaling, machines, demo-coco, '
-            'demo-coco-runs, demo-ade20k, demo-ade20k-runs, '
+            'targets, cpu-published, cpu-scaling, machines, export-cpu, '
+            'demo-coco, demo-coco-runs, demo-ade20k, demo-ade20k-runs, '
             'demo-ade20k-classes, rows-cpu-test']
 
 
@@ -162,6 +162,29 @@ def test_the_demo_tables_take_the_newest_run_and_the_seeds_spread(
     stale = results_of(docs=DEMOS, fingerprint='fedcba9876543210')
     assert '| 0.323' + STALE + ' (0.309 - 0.350) |' in tables.table(
         'demo-coco', stale)
+
+
+def test_the_export_table_sets_each_runtime_beside_pytorch():
+    """The newest run of a model with a runtime's rows: each row's seconds
+    and its speed-up over PyTorch's eager fp32 of that run (the run's
+    ratio where it gave one, else the times'), the runtime's version."""
+    def row(id, variant, precision, seconds, **more):
+        return dict(id=id, name=id, model='mask_rcnn_xcit_s12',
+                    variant=variant, precision=precision, mode='infer',
+                    size='64x64', batch=1, seconds=seconds, **more)
+    new = dict(RUN, id='new', date='2026-01-03',
+               libraries=dict(torch='2.12.1', openvino='2026.4.1'),
+               rows=[row('eager', 'default', 'fp32', 3.0),
+                     row('ort', 'onnxruntime', 'fp32', 2.0),
+                     row('ov8', 'openvino', 'int8', 1.0, ratios=[
+                         dict(baseline='eager', speedup=2.9)])])
+    old = dict(RUN, id='old', rows=[row('eager', 'default', 'fp32', 9.0),
+                                    row('ov', 'openvino', 'fp32', 1.0)])
+    results = results_of(dict(machine=MACHINE, runs=[old, new]))
+    assert tables.table('export-cpu', results).split('\n')[2:] == [
+        '| PyTorch eager, fp32 | 3.00 |',
+        '| onnxruntime, fp32 | 2.00 (1.50x) |',
+        '| OpenVINO 2026.4.1, INT8 | 1.00 (2.90x) |']
 
 
 @pytest.mark.parametrize('fingerprint,marked', [

@@ -8,10 +8,13 @@ import torch.nn as nn
 from timm.layers import DropPath
 from torch.utils.checkpoint import checkpoint
 
-from . import policy
+from . import paths, policy
 from .lpi import LPI
 from .mlp import Mlp
+from .paths import Decision
 from .xca import XCA
+
+FOLDED = 'folded branches'
 
 
 class XCABlock(nn.Module):
@@ -63,7 +66,7 @@ class XCABlock(nn.Module):
         return self._forward(x, H, W)
 
     def _forward(self, x: torch.Tensor, H: int, W: int) -> torch.Tensor:
-        if self._fast_path_applies(x):
+        if self._fast_path(x):
             x = self.attn.residual_forward(x, self.norm1, self.gamma1,
                                            self.drop_path1)
             x = self.local_mp.residual_forward(x, H, W, self.norm3,
@@ -75,14 +78,24 @@ class XCABlock(nn.Module):
                                                             H, W))
         return x + self.drop_path2(self.gamma2 * self.mlp(self.norm2(x)))
 
-    def _fast_path_applies(self, x: torch.Tensor) -> bool:
-        """Exactly this class and its three branch classes, and each layer
-        scale a (C,) tensor, one value per channel (what the branches fold
-        into their weights and kernels; a scalar or broadcast one, ReZero's
-        say, runs as written)."""
+    def _fast_path(self, x: torch.Tensor) -> Optional[str]:
+        """The fast path that runs for ``x``, or None (the straightforward
+        computation): :meth:`_decide`'s, noted for :mod:`.paths`."""
+        return paths.note(self, self._decide(x))
+
+    def _decide(self, x: torch.Tensor) -> Decision:
+        """Exactly its three branch classes, and each layer scale a (C,)
+        tensor, one value per channel (what the branches fold into their
+        weights and kernels; a scalar or broadcast one, ReZero's say, runs
+        as written)."""
+        decision = policy.decide(self, XCABlock, x, FOLDED)
+        if decision.path is None:
+            return decision
+        if type(self.attn) is not XCA or type(self.local_mp) is not LPI or \
+                type(self.mlp) is not Mlp:
+            return Decision(None, paths.TYPE_REPLACED)
         channels = (x.shape[-1], )
-        return policy.applies(self, XCABlock, x) and \
-            type(self.attn) is XCA and type(self.local_mp) is LPI and \
-            type(self.mlp) is Mlp and all(
-                isinstance(g, torch.Tensor) and g.shape == channels
-                for g in (self.gamma1, self.gamma3, self.gamma2))
+        if not all(isinstance(g, torch.Tensor) and g.shape == channels
+                   for g in (self.gamma1, self.gamma3, self.gamma2)):
+            return Decision(None, paths.LAYER_SETTINGS)
+        return decision

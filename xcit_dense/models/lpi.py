@@ -7,10 +7,11 @@ import torch
 import torch.nn as nn
 from timm.models.xcit import LPI as TimmLPI
 
-from . import policy
+from . import paths, policy
 from .norms import norm_layer
 from .ops import layer_norm_kernels, lpi_kernels, onednn
 from .ops.folding import fold_scale
+from .paths import Decision
 
 CHANNELS_LAST, KERNELS = 'channels last', 'kernels'
 
@@ -78,35 +79,53 @@ class LPI(TimmLPI):
 
     def _fast_path(self, x: torch.Tensor) -> Optional[str]:
         """The fast path that runs for ``x``, or None (the straightforward
-        computation)."""
-        if not (policy.applies(self, LPI, x) and
-                policy.is_plain_conv(self.conv1) and
-                policy.is_plain_conv(self.conv2)):
-            return None
-        if policy.on_kernel_device(x):
-            return KERNELS if self._kernels_apply(x) else None
-        return CHANNELS_LAST
+        computation): :meth:`_decide`'s, noted for :mod:`.paths`."""
+        return paths.note(self, self._decide(x))
 
-    def _kernels_apply(self, x: torch.Tensor) -> bool:
-        """The Triton kernels compute this module on ``x``: depth-wise 3x3
-        convolutions of stride 1 and padding 1 on its channels, exact GELU,
-        one of :data:`~xcit_dense.models.policy.BATCH_NORMS` (with more
-        than one value per channel to normalise in training, else its own
-        error is raised), a dtype the kernels are written for, and kernels that
-        compile and run for it (:func:`.lpi_kernels.works`)."""
+    def _decide(self, x: torch.Tensor) -> Decision:
+        """On a device of the Triton kernels, the kernels where they
+        compute this module (:meth:`_kernels_refusal`); elsewhere the
+        channels-last convolutions."""
+        on_kernel_device = policy.on_kernel_device(x)
+        decision = policy.decide(
+            self, LPI, x, KERNELS if on_kernel_device else CHANNELS_LAST)
+        if decision.path is None:
+            return decision
+        reason = policy.conv_refusal(self.conv1) or \
+            policy.conv_refusal(self.conv2)
+        if reason is None and on_kernel_device:
+            reason = self._kernels_refusal(x)
+        return decision if reason is None else Decision(None, reason)
+
+    def _kernels_refusal(self, x: torch.Tensor) -> Optional[str]:
+        """Why the Triton kernels do not compute this module on ``x``, or
+        None where they do: depth-wise 3x3 convolutions of stride 1 and
+        padding 1 on its channels, exact GELU, one of
+        :data:`~xcit_dense.models.policy.BATCH_NORMS` (with more than one
+        value per channel to normalise in training, else its own error is
+        raised), a dtype the kernels are written for, and kernels that
+        compile and run for it (:func:`.lpi_kernels.works`, asked last)."""
         B, N, C = x.shape
-        bn = self.bn
+        bn, convs = self.bn, (self.conv1, self.conv2)
         dtype = policy.kernel_dtype(x)
-        return lpi_kernels.available() and dtype in policy.KERNEL_DTYPES and \
-            all(type(c) is nn.Conv2d and c.groups == C == c.in_channels ==
-                c.out_channels and c.kernel_size == (3, 3) and
-                c.stride == (1, 1) and c.padding == (1, 1)
-                for c in (self.conv1, self.conv2)) and \
-            policy.is_exact_gelu(self.act) and \
-            type(bn) in policy.BATCH_NORMS and \
-            bn.num_features == C and \
-            not ((bn.training or bn.running_mean is None) and B * N == 1) and \
-            lpi_kernels.works(x.device, dtype, bn, x.dtype)
+        if not lpi_kernels.available():
+            return paths.KERNEL_UNAVAILABLE
+        if dtype not in policy.KERNEL_DTYPES:
+            return paths.DTYPE
+        if any(type(c) is not nn.Conv2d for c in convs) or \
+                type(self.act) is not nn.GELU or \
+                type(bn) not in policy.BATCH_NORMS:
+            return paths.TYPE_REPLACED
+        if not all(c.groups == C == c.in_channels == c.out_channels and
+                   c.kernel_size == (3, 3) and c.stride == (1, 1) and
+                   c.padding == (1, 1) for c in convs) or \
+                not policy.is_exact_gelu(self.act) or bn.num_features != C:
+            return paths.LAYER_SETTINGS
+        if (bn.training or bn.running_mean is None) and B * N == 1:
+            return paths.TOO_FEW_TOKENS
+        if not lpi_kernels.works(x.device, dtype, bn, x.dtype):
+            return paths.KERNEL_UNAVAILABLE
+        return None
 
     def _kernels(self, y: torch.Tensor, H: int, W: int,
                  gamma: Optional[torch.Tensor] = None,

@@ -5,10 +5,13 @@ import torch
 import torch.nn as nn
 from timm.layers import Mlp as TimmMlp
 
-from . import policy
+from . import paths, policy
 from .ops import casts, layer_norm_kernels, onednn, pieces
 from .ops.folding import fold_scale
 from .ops.residual import scaled_residual
+from .paths import Decision
+
+FUSED = 'fused'
 
 
 class Mlp(TimmMlp):
@@ -29,7 +32,7 @@ class Mlp(TimmMlp):
     use_fast_path = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._fast_path_applies(x):
+        if self._fast_path(x):
             return self._fused(x)
         x = self.drop1(self.act(self.fc1(x)))
         return self.drop2(self.fc2(self.norm(x)))
@@ -39,13 +42,22 @@ class Mlp(TimmMlp):
                          drop_path: nn.Module) -> torch.Tensor:
         """``x + drop_path(gamma * self(norm(x)))``: the MLP branch of a
         block."""
-        if self._fast_path_applies(x) and type(norm) is nn.LayerNorm:
+        if self._fast_path(x) and type(norm) is nn.LayerNorm:
             return self._fused(x, norm, gamma, drop_path)
         return x + drop_path(gamma * self(norm(x)))
 
-    def _fast_path_applies(self, x: torch.Tensor) -> bool:
-        return policy.applies(self, Mlp, x) and \
-            type(self.fc1) is nn.Linear and type(self.fc2) is nn.Linear
+    def _fast_path(self, x: torch.Tensor) -> Optional[str]:
+        """The fast path that runs for ``x``, or None (the straightforward
+        computation): :meth:`_decide`'s, noted for :mod:`.paths`."""
+        return paths.note(self, self._decide(x))
+
+    def _decide(self, x: torch.Tensor) -> Decision:
+        """The fused kernels, for plain ``nn.Linear`` layers."""
+        decision = policy.decide(self, Mlp, x, FUSED)
+        if decision.path is not None and (type(self.fc1) is not nn.Linear or
+                                          type(self.fc2) is not nn.Linear):
+            return Decision(None, paths.TYPE_REPLACED)
+        return decision
 
     def _fused(self, x: torch.Tensor, norm: Optional[nn.Module] = None,
                gamma: Optional[torch.Tensor] = None,

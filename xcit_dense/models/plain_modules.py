@@ -1,10 +1,14 @@
 """Whether a module is what a fast path computes itself: the plain PyTorch
 layer it was written for, an identity (inactive dropout), and a call that
 no hook or instance-level ``forward`` customises."""
+from typing import Optional
+
 import torch.nn as nn
 from mmengine.model.utils import _BatchNormXd
 from timm.layers import DropPath
 from torch.utils.module_tracker import ModuleTracker
+
+from .paths import LAYER_SETTINGS, TYPE_REPLACED
 
 
 def is_inactive(module: nn.Module) -> bool:
@@ -127,7 +131,15 @@ def is_plain_batch_norm(norm: nn.Module) -> bool:
 def is_plain_conv(conv: nn.Module) -> bool:
     """An ``nn.Conv2d`` / ``nn.ConvTranspose2d`` with zero padding and no
     dilation (what the fast kernels compute)."""
-    return type(conv) in (nn.Conv2d, nn.ConvTranspose2d) and \
-        conv.padding_mode == 'zeros' and \
-        not isinstance(conv.padding, str) and \
-        all(d == 1 for d in conv.dilation)
+    return conv_refusal(conv) is None
+
+
+def conv_refusal(conv: nn.Module) -> Optional[str]:
+    """Why ``conv`` is not what :func:`is_plain_conv` asks (a reason of
+    :mod:`.paths`), or None."""
+    if type(conv) not in (nn.Conv2d, nn.ConvTranspose2d):
+        return TYPE_REPLACED
+    if conv.padding_mode != 'zeros' or isinstance(conv.padding, str) or \
+            any(d != 1 for d in conv.dilation):
+        return LAYER_SETTINGS
+    return None

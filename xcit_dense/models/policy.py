@@ -4,11 +4,11 @@ one: the switches and the measured policy, in one place.
 Every module of the backbone that has a fast path (stem, positional encoding,
 XCA, LPI, MLP, block, pyramid up-sampler) keeps its straightforward
 computation beside it in the same ``forward`` and takes the fast one only
-when :func:`applies` says so:
+when :func:`decide` lets it (and says why, :mod:`.paths`):
 
-1. the switches allow it, globally and for that module (see below), and
-   the call is not in a ``torch.jit`` trace (a trace, as the FLOP counters
-   take, records the straightforward computation);
+1. the switches allow it, globally and for that module (:mod:`.switches`),
+   and the call is not in a ``torch.jit`` trace (a trace, as the FLOP
+   counters take, records the straightforward computation);
 2. the module is exactly the class the fast path was written for (a
    subclass, a wrapper or a replacement runs its own ``forward``);
 3. with the default setting ``True``, :data:`POLICY` says the fast path pays
@@ -29,8 +29,20 @@ from typing import Dict, FrozenSet, Optional
 import torch
 import torch.nn as nn
 
+from .paths import (
+    FORCED,
+    HOOK,
+    POLICY_OFF,
+    POLICY_ON,
+    SWITCHED_OFF,
+    TRACED,
+    TRANSFORMED,
+    TYPE_REPLACED,
+    Decision,
+)
 from .plain_modules import (  # noqa: F401 (the parts ask them here)
     BATCH_NORMS,
+    conv_refusal,
     customised_below,
     global_hooks,
     is_exact_gelu,
@@ -139,13 +151,16 @@ def pays(part: str, device_type: str, compiling: bool) -> bool:
     return (COMPILED if compiling else EAGER) in modes
 
 
-def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
-    """The fast path written for ``cls`` may run for ``module`` on input
-    ``x``: not in a ``torch.jit`` trace, the switches allow it, ``module``
-    is an instance of exactly ``cls``, (setting ``True``) the policy says
-    it pays on ``x``'s device in the current mode, and no module below
-    ``module`` is customised (:func:`customised_below`: hooks, an
-    instance-level ``forward``).
+def decide(module: nn.Module, cls: type, x: torch.Tensor,
+           path: str) -> Decision:
+    """Whether ``path``, the fast path written for ``cls``, may run for
+    ``module`` on input ``x``, and why: not in a ``torch.jit`` trace, nor
+    under an autograd it is not written for (:func:`plain_autograd`), the
+    switches allow it, ``module`` is an instance of exactly ``cls``,
+    (setting ``True``) the policy says it pays on ``x``'s device in the
+    current mode, and no module below ``module`` is customised
+    (:func:`customised_below`: hooks, an instance-level ``forward``). The
+    part then checks what its fast path needs of its layers and input.
 
     A trace records the straightforward computation, whatever the
     switches: the operators and the arithmetic of the published design,
@@ -153,14 +168,26 @@ def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
     ``get_model_complexity_info``, and with it mmdet's and mmseg's
     ``get_flops.py``; fvcore); a fast path's oneDNN calls cannot be traced,
     and its choices by input size would be frozen into the trace."""
-    if torch.jit.is_tracing() or not plain_autograd():
-        return False
+    if torch.jit.is_tracing():
+        return Decision(None, TRACED)
+    if not plain_autograd():
+        return Decision(None, TRANSFORMED)
     setting = combined(SWITCHES.fast_path, module.use_fast_path)
-    if setting is False or type(module) is not cls:
-        return False
-    return (setting == 'always' or pays(
-        cls.__name__, x.device.type, torch.compiler.is_compiling())) and \
-        not customised_below(module)
+    if setting is False:
+        return Decision(None, SWITCHED_OFF)
+    if type(module) is not cls:
+        return Decision(None, TYPE_REPLACED)
+    if setting != 'always' and not pays(
+            cls.__name__, x.device.type, torch.compiler.is_compiling()):
+        return Decision(None, POLICY_OFF)
+    if customised_below(module):
+        return Decision(None, HOOK)
+    return Decision(path, FORCED if setting == 'always' else POLICY_ON)
+
+
+def applies(module: nn.Module, cls: type, x: torch.Tensor) -> bool:
+    """:func:`decide` lets the fast path written for ``cls`` run."""
+    return decide(module, cls, x, 'fast').path is not None
 
 
 def plain_autograd() -> bool:

@@ -6,12 +6,15 @@ import torch
 import torch.nn as nn
 from timm.models.xcit import PositionalEncodingFourier
 
-from . import policy
+from . import paths, policy
+from .paths import Decision
 
 # One lock for every encoding's cache (a lock per module would not pickle):
 # a model served from several threads looks its grids up, inserts and
 # evicts them one thread at a time.
 _CACHE_LOCK = threading.Lock()
+
+CACHED = 'cached'
 
 
 class CachedFourierEncoding(PositionalEncodingFourier):
@@ -41,15 +44,25 @@ class CachedFourierEncoding(PositionalEncodingFourier):
     def forward(self, B: int, H: int, W: int) -> torch.Tensor:
         """The (B, dim, H, W) encoding of an H x W token grid."""
         weight = self.token_projection.weight
-        if policy.applies(self, CachedFourierEncoding, weight) and \
-                type(self.token_projection) is nn.Conv2d and \
-                not torch.compiler.is_compiling() and \
-                not (weight.is_cuda and
-                     torch.cuda.is_current_stream_capturing()):
+        if paths.note(self, self._decide(weight)):
             feats = self.cached_features(H, W, weight.device, weight.dtype)
             return self.token_projection(feats).expand(B, -1, -1, -1)
         feats = self.fourier_features(H, W, weight.device, weight.dtype)
         return self.token_projection(feats).repeat(B, 1, 1, 1)
+
+    def _decide(self, weight: torch.Tensor) -> Decision:
+        """The cache, for an ``nn.Conv2d`` projection, outside
+        ``torch.compile``'s tracing and CUDA graph captures."""
+        decision = policy.decide(self, CachedFourierEncoding, weight, CACHED)
+        if decision.path is None:
+            return decision
+        if type(self.token_projection) is not nn.Conv2d:
+            return Decision(None, paths.TYPE_REPLACED)
+        if torch.compiler.is_compiling():
+            return Decision(None, paths.COMPILING)
+        if weight.is_cuda and torch.cuda.is_current_stream_capturing():
+            return Decision(None, paths.CAPTURING)
+        return decision
 
     def fourier_features(self, H: int, W: int, device: torch.device,
                          dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -21,11 +21,14 @@ from typing import Iterable, List
 import torch
 import torch.nn as nn
 
-from . import policy
+from . import paths, policy
 from .norms import norm_layer
 from .ops import onednn
 from .ops.folding import fold_batchnorm
 from .ops.upsample import upsample2x
+from .paths import Decision
+
+TOKEN_GEMMS = 'token GEMMs'
 
 
 class TransposedConvUpsampler(nn.Sequential):
@@ -60,24 +63,30 @@ class TransposedConvUpsampler(nn.Sequential):
         return cls(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._fast_path_applies(x):
+        if paths.note(self, self._decide(x)):
             return self._token_gemms(x)
         for layer in self:
             x = layer(x)
         return x
 
-    def _fast_path_applies(self, x: torch.Tensor) -> bool:
-        """Exactly this class, and still (transposed 2x2 stride-2 conv, any
-        norm, any activation, ...) ending with a transposed conv."""
-        if not policy.applies(self, TransposedConvUpsampler, x) or \
-                len(self) % 3 != 1:
-            return False
-        return all(type(up) is nn.ConvTranspose2d
-                   and policy.is_plain_conv(up)
+    def _decide(self, x: torch.Tensor) -> Decision:
+        """Still (transposed 2x2 stride-2 conv, any norm, any activation,
+        ...) ending with a transposed conv."""
+        decision = policy.decide(self, TransposedConvUpsampler, x,
+                                 TOKEN_GEMMS)
+        if decision.path is None:
+            return decision
+        ups = list(self)[0::3]
+        if len(self) % 3 != 1 or \
+                any(type(up) is not nn.ConvTranspose2d for up in ups):
+            return Decision(None, paths.TYPE_REPLACED)
+        if not all(policy.is_plain_conv(up)
                    and up.kernel_size == up.stride == (2, 2)
                    and up.padding == up.output_padding == (0, 0)
                    and up.groups == 1 and up.bias is not None
-                   for up in self[0::3])
+                   for up in ups):
+            return Decision(None, paths.LAYER_SETTINGS)
+        return decision
 
     def _token_gemms(self, x: torch.Tensor) -> torch.Tensor:
         B, C, H, W = x.shape

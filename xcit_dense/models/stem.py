@@ -5,10 +5,13 @@ import torch
 import torch.nn as nn
 from timm.models.xcit import ConvPatchEmbed as TimmConvPatchEmbed
 
-from . import policy
+from . import paths, policy
 from .norms import norm_layer
 from .ops import onednn
 from .ops.folding import fold_batchnorm
+from .paths import Decision
+
+CHANNELS_LAST = 'channels last'
 
 
 class ConvPatchEmbed(TimmConvPatchEmbed):
@@ -38,23 +41,35 @@ class ConvPatchEmbed(TimmConvPatchEmbed):
 
     def forward(self, x: torch.Tensor
                 ) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        if self._fast_path_applies(x):
+        if self._fast_path(x):
             return self._channels_last(x)
         x = self.proj(x)
         Hp, Wp = x.shape[2], x.shape[3]
         return x.flatten(2).transpose(1, 2), (Hp, Wp)
 
-    def _fast_path_applies(self, x: torch.Tensor) -> bool:
-        """Exactly this class, and ``proj`` still the (conv, norm) pairs with
-        one module between consecutive pairs."""
+    def _fast_path(self, x: torch.Tensor) -> Optional[str]:
+        """The fast path that runs for ``x``, or None (the straightforward
+        computation): :meth:`_decide`'s, noted for :mod:`.paths`."""
+        return paths.note(self, self._decide(x))
+
+    def _decide(self, x: torch.Tensor) -> Decision:
+        """``proj`` still the (conv, norm) pairs with one module between
+        consecutive pairs, each conv an ``nn.Conv2d`` the kernels
+        compute."""
+        decision = policy.decide(self, ConvPatchEmbed, x, CHANNELS_LAST)
+        if decision.path is None:
+            return decision
         proj = self.proj
-        if not policy.applies(self, ConvPatchEmbed, x) or \
-                type(proj) is not nn.Sequential or len(proj) % 2 != 1:
-            return False
-        return all(type(pair) is nn.Sequential and len(pair) == 2 and
-                   policy.is_plain_conv(pair[0])
-                   and type(pair[0]) is nn.Conv2d
-                   for pair in self.proj[0::2])
+        if type(proj) is not nn.Sequential or len(proj) % 2 != 1:
+            return Decision(None, paths.TYPE_REPLACED)
+        for pair in list(proj)[0::2]:
+            if type(pair) is not nn.Sequential or len(pair) != 2 or \
+                    type(pair[0]) is not nn.Conv2d:
+                return Decision(None, paths.TYPE_REPLACED)
+            reason = policy.conv_refusal(pair[0])
+            if reason is not None:
+                return Decision(None, reason)
+        return decision
 
     def _channels_last(self, x: torch.Tensor
                        ) -> Tuple[torch.Tensor, Tuple[int, int]]:

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.models.xcit import XCA as TimmXCA
 
-from . import policy
+from . import paths, policy
 from .ops import (
     casts,
     layer_norm_kernels,
@@ -18,6 +18,7 @@ from .ops import (
     xca_kernels,
 )
 from .ops.residual import scaled_residual
+from .paths import Decision
 
 SECOND_MOMENTS, KERNELS = 'second moments', 'kernels'
 
@@ -53,7 +54,11 @@ class XCA(TimmXCA):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, N, C) tokens -> (B, N, C)."""
-        path = self._fast_path(x)
+        return self._forward(x, self._fast_path(x))
+
+    def _forward(self, x: torch.Tensor, path: Optional[str]) -> torch.Tensor:
+        """:meth:`forward` on ``path``, the fast path :meth:`_fast_path`
+        chose (None: the straightforward computation)."""
         if path == SECOND_MOMENTS:
             return self._from_second_moments(x)
         B, N, C = x.shape
@@ -106,8 +111,9 @@ class XCA(TimmXCA):
             x = x.to(torch.promote_types(x.dtype, gamma.dtype))
             return self._from_second_moments(x, norm, gamma, drop_path)
         if path == KERNELS:
-            # the norm's output in the dtype the qkv layer takes
-            z = self(layer_norm_kernels.pre_norm(norm, x))
+            # the norm's output, in the dtype the qkv layer takes, on the
+            # path decided for x (nothing the decision reads differs)
+            z = self._forward(layer_norm_kernels.pre_norm(norm, x), path)
             if policy.is_inactive(drop_path):
                 # the layer scale and the residual in one pass
                 return scaled_residual(x, gamma, z)
@@ -116,26 +122,47 @@ class XCA(TimmXCA):
 
     def _fast_path(self, x: torch.Tensor) -> Optional[str]:
         """The fast path that runs for ``x``, or None (the straightforward
-        computation)."""
-        if not policy.applies(self, XCA, x):
-            return None
-        if policy.on_kernel_device(x):
-            # the dtype the kernels take is the qkv layer's output's
-            # (:meth:`_kernels_take`)
-            ok = xca_kernels.available() and \
-                policy.is_inactive(self.attn_drop)
-            return KERNELS if ok else None
-        if type(self.qkv) is nn.Linear and type(self.proj) is nn.Linear and \
-                (policy.forced(self) or second_moments.pays(x)):
-            return SECOND_MOMENTS
-        return None
+        computation): :meth:`_decide`'s, noted for :mod:`.paths`."""
+        return paths.note(self, self._decide(x))
+
+    def _decide(self, x: torch.Tensor) -> Decision:
+        """On a device of the Triton kernels, the kernels (their dtype,
+        the ``qkv`` layer's output's, is checked once it is there:
+        :meth:`_kernels_take`); elsewhere the second moments, for enough
+        tokens (any number under ``'always'``)."""
+        on_kernel_device = policy.on_kernel_device(x)
+        decision = policy.decide(
+            self, XCA, x, KERNELS if on_kernel_device else SECOND_MOMENTS)
+        if decision.path is None:
+            return decision
+        if on_kernel_device:
+            if not xca_kernels.available():
+                return Decision(None, paths.KERNEL_UNAVAILABLE)
+            if not policy.is_inactive(self.attn_drop):
+                return Decision(None, paths.DROPOUT_LIVE)
+            return decision
+        if type(self.qkv) is not nn.Linear or \
+                type(self.proj) is not nn.Linear:
+            return Decision(None, paths.TYPE_REPLACED)
+        if decision.reason != paths.FORCED and not second_moments.pays(x):
+            return Decision(None, paths.TOO_FEW_TOKENS)
+        return decision
 
     def _kernels_take(self, qkv: torch.Tensor) -> bool:
         """The kernels compute the attention of ``qkv`` as the ``qkv`` layer
         gave it: its dtype is one they are written for, and they compile
-        and run for it and this head width (:func:`.xca_kernels.works`)."""
-        return qkv.dtype in policy.KERNEL_DTYPES and xca_kernels.works(
-            qkv.device, qkv.dtype, qkv.shape[-1] // (3 * self.num_heads))
+        and run for it and this head width (:func:`.xca_kernels.works`).
+        If not, the straightforward computation's attention runs, noted for
+        :mod:`.paths`."""
+        if qkv.dtype not in policy.KERNEL_DTYPES:
+            reason = paths.DTYPE
+        elif not xca_kernels.works(qkv.device, qkv.dtype,
+                                   qkv.shape[-1] // (3 * self.num_heads)):
+            reason = paths.KERNEL_UNAVAILABLE
+        else:
+            return True
+        paths.note(self, Decision(None, reason))
+        return False
 
     def _from_second_moments(self, x: torch.Tensor,
                              norm: Optional[nn.Module] = None,

@@ -24,6 +24,8 @@ sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from xcit_dense.cli import (  # noqa: E402
     add_cfg_options,
+    add_shape_option,
+    image_shape,
     load_config,
     positive_int,
     run_cli,
@@ -44,18 +46,15 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('config', help='config file (or a model of the '
                         'model index)')
-    parser.add_argument(
-        '--shape', type=positive_int, nargs='+',
-        help='one random image of this size, H [W] (segmentation\'s '
-        'default: 2048 1024)')
+    add_shape_option(parser, help='one random image of this size, H [W] '
+                     '(segmentation\'s default: 2048 1024)')
     parser.add_argument(
         '--num-images', type=positive_int,
         help='the mean over this many images of the validation set '
         '(detection\'s default: 100)')
     add_cfg_options(parser)
     args = parser.parse_args()
-    if args.shape is not None and len(args.shape) > 2:
-        parser.error(f'--shape takes H or H W, got {len(args.shape)} numbers')
+    args.shape = image_shape(parser, args)
     if args.shape is not None and args.num_images is not None:
         parser.error('--shape counts one random image of that size, '
                      '--num-images the validation set\'s images: give one '
@@ -100,32 +99,32 @@ def size(number):
     return f'{number / 1e6:.2f}M'
 
 
-def main():
-    args = parse_args()
-    cfg = load_config(args.config, args.cfg_options)
-    scope = check_toolkit(cfg.get('default_scope'))
-    check_channels(cfg, check_backbone(cfg))
+def batches_to_count(cfg, scope, args):
+    """The batches to count and how they were made (the tool's 'Compute
+    type'): one random image of ``--shape`` (segmentation's default
+    shape), else the validation set's first images."""
     shape = args.shape
     if shape is None and args.num_images is None and scope == 'mmseg':
         shape = SEGMENTATION_SHAPE
     if shape is not None:
-        shape = (shape[0], shape[-1])
-        batches = [random_batch(scope, shape)]
-        compute_type = 'direct: randomly generate a picture'
-    else:
-        try:
-            check_datasets(cfg, ('val', ))
-        except UserError as e:
-            raise UserError(f'{str(e).rstrip(".")}; or count one image '
-                            f'of a given size instead: --shape H W (e.g. '
-                            f'--shape 800 1333).')
-        batches = validation_batches(cfg, args.num_images or 100)
-        compute_type = 'dataloader: load a picture from the dataset'
+        return [random_batch(scope, shape)], \
+            'direct: randomly generate a picture'
+    try:
+        check_datasets(cfg, ('val', ))
+    except UserError as e:
+        raise UserError(f'{str(e).rstrip(".")}; or count one image '
+                        f'of a given size instead: --shape H W (e.g. '
+                        f'--shape 800 1333).')
+    return validation_batches(cfg, args.num_images or 100), \
+        'dataloader: load a picture from the dataset'
 
+
+def build_model(cfg):
+    """The config's model, seeded, SyncBN as BatchNorm, without the
+    segmentor's auxiliary head (training only, as in mmseg's tool)."""
     import torch
     from mmengine.model import revert_sync_batchnorm
 
-    from xcit_dense.complexity import count
     from xcit_dense.inference import init_model
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     # seeded initial weights: a detector's proposals, and so the count of
@@ -133,16 +132,13 @@ def main():
     torch.manual_seed(0)
     model = revert_sync_batchnorm(init_model(cfg, None, device))
     if getattr(model, 'auxiliary_head', None) is not None:
-        model.auxiliary_head = None  # training only, as in mmseg's tool
-    counts = []
-    for batch in batches:
-        data = model.data_preprocessor(batch)
-        counts.append(count(model, data['inputs'], data['data_samples']))
-        # the image as the pipeline left it, and as the preprocessor padded it
-        given = tuple(data['data_samples'][0].img_shape)
-        padded = tuple(data['inputs'].shape[-2:])
-    if not counts:
-        raise UserError('The validation set of the config has no images.')
+        model.auxiliary_head = None
+    return model
+
+
+def print_counts(model, counts, compute_type, given, padded):
+    """The counts as mmdet's and mmseg's get_flops.py print them, then the
+    backbone's and what was not counted."""
     last = counts[-1]
     flops = statistics.mean(c.flops for c in counts)
     line = '=' * 30
@@ -163,6 +159,27 @@ def main():
     print('Flops are multiply-adds (as in mmdet\'s and mmseg\'s tables) of '
           'the operators mmengine\'s counter has rules for; not counted '
           f'(how often each ran): {uncounted or "none"}.')
+
+
+def main():
+    args = parse_args()
+    cfg = load_config(args.config, args.cfg_options)
+    scope = check_toolkit(cfg.get('default_scope'))
+    check_channels(cfg, check_backbone(cfg))
+    batches, compute_type = batches_to_count(cfg, scope, args)
+
+    from xcit_dense.complexity import count
+    model = build_model(cfg)
+    counts = []
+    for batch in batches:
+        data = model.data_preprocessor(batch)
+        counts.append(count(model, data['inputs'], data['data_samples']))
+        # the image as the pipeline left it, and as the preprocessor padded it
+        given = tuple(data['data_samples'][0].img_shape)
+        padded = tuple(data['inputs'].shape[-2:])
+    if not counts:
+        raise UserError('The validation set of the config has no images.')
+    print_counts(model, counts, compute_type, given, padded)
 
 
 if __name__ == '__main__':

@@ -13,7 +13,7 @@ import re
 import sys
 import tempfile
 import warnings
-from typing import Optional
+from typing import Optional, Tuple
 
 from mmengine.config import Config, DictAction
 
@@ -142,6 +142,22 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f'expected a positive integer, got {text!r}')
     return int(text)
+
+
+def add_shape_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--shape H [W]``, an image size as mmseg's ``get_flops.py`` takes
+    it (H alone: H x H); :func:`image_shape` reads it."""
+    parser.add_argument('--shape', type=positive_int, nargs='+', help=help)
+
+
+def image_shape(parser: argparse.ArgumentParser,
+                args: argparse.Namespace) -> Optional[Tuple[int, int]]:
+    """``--shape`` as (H, W), None where it was not given."""
+    if args.shape is None:
+        return None
+    if len(args.shape) > 2:
+        parser.error(f'--shape takes H or H W, got {len(args.shape)} numbers')
+    return args.shape[0], args.shape[-1]
 
 
 def seconds(text: str) -> float:

@@ -70,26 +70,39 @@ def make_venv(dest: str, with_pip: bool = True) -> List[str]:
     if osp.realpath(dest) == osp.realpath(sys.prefix):
         return [f'{dest} is the environment of {sys.executable} itself']
     nested = sys.prefix != sys.base_prefix
-    python = osp.join(dest, 'bin', 'python')
     notes = []
     if not osp.isfile(osp.join(dest, 'pyvenv.cfg')):
-        cmd = [sys.executable, '-m', 'venv', dest]
-        if not nested:
-            cmd.append('--system-site-packages')
-        if not with_pip:
-            cmd.append('--without-pip')
-        made = subprocess.run(cmd, capture_output=True, text=True)
-        if made.returncode != 0:
-            lines = made.stderr.strip().splitlines() or ['no message']
-            raise SetupError(f'Cannot make a virtual environment at {dest} '
-                             f'({lines[-1].strip()}): give a folder this '
-                             f'process can create and write in.')
-        notes.append(
-            f'created {dest} over {sys.executable} and its packages ' +
+        notes.append(_create(dest, nested, with_pip))
+    if nested:
+        _see_outer_site(dest)
+    return notes
+
+
+def _create(dest: str, nested: bool, with_pip: bool) -> str:
+    """The virtual environment at ``dest`` made by this Python (over its
+    base installation's packages unless it is ``nested``, a virtual
+    environment's itself); a log line."""
+    cmd = [sys.executable, '-m', 'venv', dest]
+    if not nested:
+        cmd.append('--system-site-packages')
+    if not with_pip:
+        cmd.append('--without-pip')
+    made = subprocess.run(cmd, capture_output=True, text=True)
+    if made.returncode != 0:
+        lines = made.stderr.strip().splitlines() or ['no message']
+        raise SetupError(f'Cannot make a virtual environment at {dest} '
+                         f'({lines[-1].strip()}): give a folder this '
+                         f'process can create and write in.')
+    return (f'created {dest} over {sys.executable} and its packages ' +
             (f'(a virtual environment\'s: {OUTER_SITE_PTH})' if nested
              else '(--system-site-packages)'))
-    if not nested:
-        return notes
+
+
+def _see_outer_site(dest: str) -> None:
+    """The environment at ``dest`` sees this Python's site-packages
+    (:func:`site_dirs`) through ``OUTER_SITE_PTH``, checked by its own
+    Python."""
+    python = osp.join(dest, 'bin', 'python')
     dirs = site_dirs()
 
     def run(code: str) -> str:
@@ -106,4 +119,3 @@ def make_venv(dest: str, with_pip: bool = True) -> List[str]:
             f'{python} does not see {", ".join(missing)} of '
             f'{sys.executable} through {purelib}/{OUTER_SITE_PTH}: remove '
             f'{dest} and run the set-up again.')
-    return notes

@@ -18,10 +18,11 @@ def torch_range(requirements: str) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
         line = next(ln for ln in f if re.match(r'torch\s*[<>=]', ln))
     low = re.search(r'>=\s*([\d.]+)', line).group(1)
     high = re.search(r'<\s*([\d.]+)', line).group(1)
-    return _version(low), _version(high)
+    return version_tuple(low), version_tuple(high)
 
 
-def _version(text: str) -> Tuple[int, ...]:
+def version_tuple(text: str) -> Tuple[int, ...]:
+    """(2, 11, 0) of '2.11.0+cu130' (the local label dropped)."""
     return tuple(int(p) for p in re.findall(r'\d+', text.split('+')[0])[:3])
 
 
@@ -29,7 +30,7 @@ def check_torch(version: str, requirements: str) -> str:
     """A note on an untested PyTorch in the supported range; one paragraph
     (SetupError) outside it."""
     low, high = torch_range(requirements)
-    v = _version(version)
+    v = version_tuple(version)
     if not low <= v < high:
         raise SetupError(
             f'PyTorch {version} is outside the range this stack supports '

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import SetupError
 from .cuda import gpu_capabilities
-from .pins import _version, pinned_version
+from .pins import pinned_version, version_tuple
 
 PREBUILT_DIR = 'mmcv-cuda'
 
@@ -112,7 +112,7 @@ def prebuilt_mismatch(built: Dict, present: Dict) -> Optional[str]:
         return (f'for {built.get("platform")}, this machine is '
                 f'{present["machine"]}')
     if built.get('glibc') and present.get('glibc') and \
-            _version(present['glibc']) < _version(built['glibc']):
+            version_tuple(present['glibc']) < version_tuple(built['glibc']):
         return (f'built against glibc {built["glibc"]}, this machine has '
                 f'{present["glibc"]} (compiled code needs the C library it '
                 'was built against or a newer one)')

@@ -106,11 +106,17 @@ and ``@amp`` rows on the CPU (bf16 autocast there), on a CPU without native
 bf16 (AVX-512 BF16, AMX, Arm BF16), where they would time PyTorch's
 emulation of bf16; there the reference matmul is fp32 alone.
 
-Writes ``results.json``, ``results.md`` (tables, and the ratios of every XCiT
+Writes ``results.json`` (each row with the fingerprint of the code it
+measured), ``results.md`` (tables, and the ratios of every XCiT
 variant to its ``@reference`` measured in the same run, and to its
 ``@published`` where one was; with ``--rounds``, the ratio of the rows'
 median rounds and each round's) and ``results.png``
-(inference time and memory against pixel count, log-log).
+(inference time and memory against pixel count, log-log). ``--record``
+appends the run to the machine's file of ``benchmarks/results/``, from
+which ``python -m benchmarks.tables`` regenerates the docs' tables.
+
+The same command: ``python -m benchmarks.benchmark`` from the repository's
+root.
 """
 import argparse
 import itertools
@@ -136,6 +142,8 @@ from benchmarks.harness.names import (
     usage,
 )
 from benchmarks.harness.published import load_published_code
+from benchmarks.harness.record import record_runs
+from benchmarks.results import RESULTS
 from xcit_dense.cli import check_output, positive_int, run_cli
 from xcit_dense.errors import UserError
 
@@ -211,6 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--matmul-size', type=positive_int, default=4096,
                         help='N of the N x N reference matmul (default: '
                         '4096)')
+    add_output_options(parser)
+    return parser
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """Where the run is written, and the published code it may run."""
     parser.add_argument('--out-dir', default='work_dirs/benchmark',
                         help='folder of results.md, results.json and '
                         'results.png (default: work_dirs/benchmark)')
@@ -218,7 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the published backbone's file for the "
                         "'@published' rows: detection/backbone/xcit.py of "
                         "github.com/facebookresearch/xcit")
-    return parser
+    parser.add_argument('--record', nargs='?', const=str(RESULTS),
+                        metavar='DIR',
+                        help="append the run to this machine's results file "
+                        'in DIR (without DIR: benchmarks/results/), one '
+                        'run per code scope, each row with the fingerprint '
+                        'of the code it measured; then python -m '
+                        "benchmarks.tables regenerates the docs' tables "
+                        '(default: not recorded)')
 
 
 def check_args(parser, args) -> None:
@@ -293,8 +314,11 @@ def main():
         runs.setdefault((name, size, batch, mode), []).append(r)
         print(json.dumps(r), flush=True)
         # written as it goes: a cut-short run keeps its rows
-        write_outputs(runs, matmul, args)
+        doc = write_outputs(runs, matmul, args)
     print(f'wrote {args.out_dir}/results.md, results.png, results.json')
+    if args.record:
+        for path, run_id in record_runs(doc, args, args.record):
+            print(f'recorded run {run_id} in {path}')
 
 
 if __name__ == '__main__':

@@ -33,10 +33,12 @@ REPO = Path(__file__).resolve().parent.parent
 SCOPES = {
     'backbone': (('xcit_dense/models',), ()),
     'whole-model': (('xcit_dense', 'configs'),
-                    ('xcit_dense/benchmark', 'xcit_dense/deploy',
-                     'xcit_dense/.mim')),
-    'cuda-tests': (('xcit_dense', 'configs', 'tools', 'tests/test_cuda.py',
-                    'tests/conftest.py'), ('xcit_dense/.mim',)),
+                    ('xcit_dense/deploy', 'xcit_dense/.mim')),
+    # the CUDA tests run the benchmark's harness and probes too
+    'cuda-tests': (('xcit_dense', 'configs', 'tools', 'benchmarks/harness',
+                    'benchmarks/gpu', 'benchmarks/probes',
+                    'tests/test_cuda.py', 'tests/conftest.py'),
+                   ('xcit_dense/.mim',)),
 }
 
 #: what a row measured before fingerprints were recorded carries

@@ -1,5 +1,7 @@
 """tools/benchmark.py runs its measurements in fresh processes and writes the
-tables, the plot and the raw results (speed targets live there, not here)."""
+tables, the plot and the raw results, and with --record the rows into the
+results files with the fingerprints of the code they measured (speed
+targets live there, not here)."""
 import json
 import re
 
@@ -11,10 +13,25 @@ from conftest import run_tool_here
 def _run(tmp_path, *args):
     proc = run_tool_here('tools/benchmark.py', *args, '--repeat', '1',
                          '--warmup', '1', '--threads', '1', '--matmul-size',
-                         '256', '--out-dir', tmp_path)
+                         '256', '--out-dir', tmp_path, '--record',
+                         tmp_path / 'recorded')
     assert proc.returncode == 0, proc.stderr[-3000:]
     return (json.loads((tmp_path / 'results.json').read_text()),
             (tmp_path / 'results.md').read_text())
+
+
+def _recorded(tmp_path, results):
+    """The runs ``--record`` appended to the machine's results file (a new
+    one), checked as the docs' tables check them."""
+    from benchmarks import results as res
+    docs = res.load(tmp_path / 'recorded')
+    assert list(docs) == [res.results_file(results['machine'])]
+    assert res.problems(docs) == []
+    return next(iter(docs.values()))['runs']
+
+
+def _rows(run):
+    return {row['name']: row for row in run['rows']}
 
 
 def test_backbone_variants_and_ratios(tmp_path):
@@ -26,7 +43,7 @@ def test_backbone_variants_and_ratios(tmp_path):
     assert results['matmul']['fp32_gflops_per_s'] > 0
     assert results['matmul']['bf16_gflops_per_s'] > 0
     # the CPU named with its figures, in both outputs
-    from benchmarks.harness.report import cpu_description
+    from benchmarks.harness.machine import cpu_description
     cpu = cpu_description()
     assert results['machine']['cpu'] == cpu['cpu'] != ''
     assert results['machine']['cpu_features'] == cpu['cpu_features']
@@ -56,6 +73,28 @@ def test_backbone_variants_and_ratios(tmp_path):
         assert row['max_rel_diff_vs_reference'] < 1e-4
     runtimes = table.split('Runtimes against our eager PyTorch path')[1]
     assert '| xcit_nano_12_p16@openvino | 64x96 | 1 |' in runtimes
+    # each row with the fingerprint of the code it measured; recorded as
+    # one run of the backbone's scope, ratios naming their baselines
+    from benchmarks.fingerprint import code_fingerprint
+    backbone = dict(scope='backbone',
+                    fingerprint=code_fingerprint('backbone'))
+    assert all(r['code'] == backbone for r in rows.values())
+    run, = _recorded(tmp_path, results)
+    assert run['code'] == backbone and run['threads'] == 1
+    assert 'tools/benchmark.py --models xcit_nano_12_p16@reference' in \
+        run['command'] and run['libraries']['torch']
+    recorded = _rows(run)
+    assert [(r['variant'], r['precision']) for r in recorded.values()] == [
+        ('straightforward', 'fp32'), ('default', 'fp32'),
+        ('onnxruntime', 'fp32'), ('openvino', 'fp32')]
+    default = recorded['xcit_nano_12_p16']
+    assert default['seconds'] == pytest.approx(
+        rows['xcit_nano_12_p16']['seconds'], rel=1e-5)
+    assert [x['baseline'] for x in default['ratios']] == [
+        'xcit_nano_12_p16@reference/64x96/b1/infer']
+    assert [x['baseline'] for x in recorded[
+        'xcit_nano_12_p16@openvino']['ratios']] == [
+        'xcit_nano_12_p16@reference/64x96/b1/infer', default['id']]
 
 
 def test_cpu_description_reads_linux_cpuinfo(monkeypatch, tmp_path):
@@ -63,7 +102,7 @@ def test_cpu_description_reads_linux_cpuinfo(monkeypatch, tmp_path):
     kernels, from /proc/cpuinfo's first processor; named in the table."""
     import builtins
 
-    from benchmarks.harness import report
+    from benchmarks.harness import machine, report
     cpuinfo = tmp_path / 'cpuinfo'
     cpuinfo.write_text(
         'processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n'
@@ -72,7 +111,7 @@ def test_cpu_description_reads_linux_cpuinfo(monkeypatch, tmp_path):
     real_open = builtins.open
     monkeypatch.setattr(builtins, 'open', lambda path, *a, **k: real_open(
         cpuinfo if path == '/proc/cpuinfo' else path, *a, **k))
-    found = report.cpu_description()
+    found = machine.cpu_description()
     assert found == dict(cpu='Intel(R) Xeon(R) Processor',
                          cpu_features=['avx2', 'avx512f', 'avx512_bf16',
                                        'amx_bf16'])
@@ -108,10 +147,10 @@ def test_executed_multiply_adds_are_the_rows_own():
     (``@bf16``, ``@amp``), whose threshold is higher, does not."""
     import torch
 
-    from benchmarks.harness.measure import _executed_gmac
+    from benchmarks.harness.counts import executed_gmac
 
     def executed(size, *variants):
-        return _executed_gmac('xcit_nano_12_p16', torch.randn(1, 3, *size),
+        return executed_gmac('xcit_nano_12_p16', torch.randn(1, 3, *size),
                               set(variants))
 
     small = executed((64, 96), 'reference')
@@ -155,6 +194,17 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
         in table
     assert '| upernet_xcit_s12@always | 32x32 | 2 | train |' in table
     assert '| xcit_nano_12_p16@cp+amp | 32x32 | 2 | train |' in table
+    # recorded as a run per scope: the backbone's, the whole model's
+    runs = _recorded(tmp_path, results)
+    assert [(r['code']['scope'], list(_rows(r))) for r in runs] == [
+        ('backbone', ['xcit_nano_12_p16@cp+amp']),
+        ('whole-model', ['mask_rcnn_xcit_s12@reference+iter',
+                         'upernet_xcit_s12@always'])]
+    assert [(r['variant'], r['precision'], r['mode'])
+            for run in runs for r in run['rows']] == [
+        ('default+with_cp', 'bf16 autocast', 'train'),
+        ('straightforward', 'fp32', 'iter'),
+        ('default+always', 'fp32', 'train')]
 
 
 def test_each_variant_against_the_reference_of_its_precision():
@@ -467,13 +517,13 @@ def test_training_multiply_adds_of_grouped_convolutions(groups):
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from benchmarks.harness.measure import _conv_backward_flops
+    from benchmarks.harness.counts import conv_backward_flops
     conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=groups)
     x = torch.randn(2, 16, 6, 8, requires_grad=True)
     with FlopCounterMode(display=False) as forward:
         conv(x)
     with FlopCounterMode(display=False, custom_mapping={
-            torch.ops.aten.convolution_backward: _conv_backward_flops
+            torch.ops.aten.convolution_backward: conv_backward_flops
     }) as step:
         conv(x).sum().backward()
     assert step.get_total_flops() == 3 * forward.get_total_flops()
@@ -576,3 +626,65 @@ def test_each_row_against_the_published_backbone():
     # the published row also against the straightforward computation
     assert {r['model']: r['speedup'] for r in ratio_rows(results)}[
         'xcit_nano_12_p16@published'] == 10.0 / 12.0
+
+
+def test_recorded_rows_of_code_not_ours_and_of_recipes_on_cuda(
+        monkeypatch, tmp_path):
+    """``--record``'s runs: the published backbone's and the peers' rows
+    measure no code of ours (scope null), beside the backbone's rows
+    that take them as baselines; a recipe's row on CUDA replays its
+    backbone's graphs unless ``@eager``, a backbone's only with
+    ``@graphs``; ``@amp`` is fp16 there."""
+    import argparse
+
+    from benchmarks import results as res
+    from benchmarks.harness import record
+
+    def row(model, seconds, mode='train'):
+        return dict(model=model, h=800, w=1344, batch=2, mode=mode,
+                    seconds=seconds, peak_mem_gib=1.0,
+                    activation_mem_gib=0.5)
+
+    monkeypatch.setattr(record, 'commit', lambda: dict(commit=None))
+    doc = dict(device='cuda', argv=['--device', 'cuda'], threads=16,
+               machine=dict(gpu='NVIDIA H200', cpu='AMD EPYC',
+                            cpu_features=['avx2']),
+               matmul=dict(fp32_gflops_per_s=5e4, bf16_gflops_per_s=None),
+               results=[row('xcit_small_12_p16@published+amp', 0.08),
+                        row('xcit_small_12_p16@amp+graphs', 0.04),
+                        row('swin_t', 0.05, 'infer'),
+                        row('xcit_small_12_p16@amp', 0.06),
+                        row('mask_rcnn_swin_t@amp+iter', 0.2),
+                        row('mask_rcnn_xcit_s12@amp+iter', 0.1),
+                        row('mask_rcnn_xcit_s12@amp+eager', 0.3)])
+    args = argparse.Namespace(repeat=20, warmup=3, rounds=1,
+                              published_code='pub/xcit.py')
+    written = record.record_runs(doc, args, tmp_path)
+    assert [path.name for path, _ in written] == ['gpu-h200.json'] * 2
+    runs = res.load(tmp_path)['gpu-h200']['runs']
+    assert res.problems(res.load(tmp_path)) == []
+    backbone, whole = ({r['name']: (r['variant'], r['precision'],
+                                    r['mode'], r.get('scope', 'run'))
+                        for r in run['rows']} for run in runs)
+    assert backbone == {
+        'xcit_small_12_p16@published+amp': ('published', 'fp16 autocast',
+                                            'train', None),
+        'xcit_small_12_p16@amp+graphs': ('default+graphs', 'fp16 autocast',
+                                         'train', 'run'),
+        'swin_t': ('peer', 'fp32', 'infer', None),
+        'xcit_small_12_p16@amp': ('default', 'fp16 autocast', 'train',
+                                  'run')}
+    assert whole == {
+        'mask_rcnn_swin_t@amp+iter': ('peer', 'fp16 autocast', 'iter',
+                                      None),
+        'mask_rcnn_xcit_s12@amp+iter': ('default+graphs', 'fp16 autocast',
+                                        'iter', 'run'),
+        'mask_rcnn_xcit_s12@amp+eager': ('default', 'fp16 autocast',
+                                         'train', 'run')}
+    graphed = runs[0]['rows'][1]
+    assert graphed['ratios'] == [dict(
+        baseline='xcit_small_12_p16@published+amp/800x1344/b2/train',
+        speedup=2.0, peak_mem=1.0, activation_mem=1.0)]
+    assert runs[0]['published_code'] == 'pub/xcit.py'
+    assert runs[1]['code']['scope'] == 'whole-model'
+    assert runs[0]['matmul_gflops_per_s'] == dict(fp32=5e4, bf16=None)

@@ -47,8 +47,8 @@ import time
 import torch
 
 from benchmarks.harness.matmul import synchronize
-from benchmarks.harness.measure import step_of, subject
 from benchmarks.harness.names import parse_model
+from benchmarks.harness.subjects import step_of, subject
 
 WARMUP = 3
 

@@ -2,7 +2,7 @@
 and multiply-adds by input size, each row measured in a fresh process
 (``tools/benchmark.py`` is the command line)."""
 from .names import inferable, parse_model, trainable
-from .report import write_outputs
+from .outputs import write_outputs
 from .runs import run_measurement
 
 __all__ = ['inferable', 'parse_model', 'run_measurement', 'trainable',

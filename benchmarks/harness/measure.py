@@ -5,52 +5,21 @@ options). Prints one JSON line."""
 import argparse
 import json
 import os
-import os.path as osp
 import resource
 import statistics
 import time
-from typing import Callable, Dict, List, NamedTuple, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
 from xcit_dense.cli import run_cli
 from xcit_dense.deploy import random_input
-from xcit_dense.deploy.runtimes import runtime_session
 
-from .builders import (
-    build_backbone,
-    build_detector,
-    build_exportable,
-    build_optim_wrapper,
-    build_segmentor,
-    build_segmentor_graph,
-    example_input,
-    segmentation_data,
-)
+from .builders import build_exportable
+from .counts import backbone_counts, diff_to_exported, training_counts
 from .matmul import synchronize
-from .names import DETECTORS, RUNTIMES, SEGMENTORS, parse_model
-
-
-class Subject(NamedTuple):
-    """What one measurement runs: ``forward()`` of ``model`` (``None`` for
-    an ONNX runtime) on its input ``x`` (``None`` for mm models, which take
-    their own batch), whether its output is a loss dict, and the optimizer
-    wrapper of a whole training iteration (``@iter``: ``forward()`` runs
-    its backward and optimizer step too), else None."""
-    model: Optional[torch.nn.Module]
-    forward: Callable
-    x: Optional[torch.Tensor]
-    losses: bool
-    iteration: Optional[object] = None
-
-
-def onnx_file(out_dir: str, model: str, size) -> str:
-    """Where the ONNX export of ``model`` at ``size`` is written (its INT8
-    model with ``_int8`` before the suffix)."""
-    base, variants = parse_model(model)
-    int8 = '_int8' if 'int8' in variants else ''
-    return osp.join(out_dir, 'onnx', f'{base}_{size[0]}x{size[1]}{int8}.onnx')
-
+from .names import SEGMENTORS, parse_model
+from .subjects import onnx_file, step_of, subject, xcit_in
 
 #: random images the speed measurement's INT8 models are calibrated on
 #: (their accuracy is not measured here; tools/export_onnx.py --int8
@@ -94,111 +63,6 @@ def idle_graph_pool_bytes(snapshot: dict) -> int:
     return sum(seg['total_size'] - seg['allocated_size']
                for seg in snapshot['segments']
                if tuple(seg.get('segment_pool_id', (0, 0))) != (0, 0))
-
-
-def outputs(out) -> List:
-    return list(out) if isinstance(out, (list, tuple)) else [out]
-
-
-def subject(args, base: str, variants: set) -> Subject:
-    """Build the model and input of the measurement."""
-    h, w = args.size
-    runtime = next(iter(variants & set(RUNTIMES)), None)
-    if runtime is not None:  # the exported file; no PyTorch model
-        session = runtime_session(runtime, onnx_file(
-            args.out_dir, args.model, args.size), args.threads)
-        x = example_input(base, args.batch, args.size)
-        x_np = x.numpy()
-        return Subject(None, lambda: session(x_np), x, False)
-    if base in SEGMENTORS and args.mode == 'train':
-        model = build_segmentor(base, variants, args.device).to(args.device)
-        data = segmentation_data(model.train(), args.batch, h, w)
-        return _training_subject(args, base, variants, model, data)
-    if base in SEGMENTORS:
-        torch.manual_seed(0)
-        model = build_segmentor_graph(base, variants).to(args.device)
-        x = example_input(base, args.batch, args.size)
-        return Subject(model, lambda: model(x), x, False)
-    if base in DETECTORS:
-        return _detector_subject(args, base, variants)
-    if 'published' in variants:
-        from .published import build_published
-        model = build_published(args.published_code, base[len('xcit_'):])
-    else:
-        model = build_backbone(base, variants)
-    model = model.to(args.device)
-    model.train(args.mode == 'train')
-    x = torch.randn(args.batch, 3, h, w, device=args.device)
-    return Subject(model, lambda: model(x), x, False)
-
-
-def _detector_subject(args, base: str, variants: set) -> Subject:
-    """A detector on mmdet's demo inputs: 5 boxes and masks per image."""
-    from mmdet.testing import demo_mm_inputs
-    h, w = args.size
-    training = args.mode == 'train'
-    model = build_detector(base, variants).to(args.device).train(training)
-    packed = demo_mm_inputs(batch_size=args.batch, image_shapes=(3, h, w),
-                            num_classes=80, num_items=[5] * args.batch,
-                            with_mask=True)
-    for sample in packed['data_samples']:
-        sample.set_metainfo(dict(scale_factor=(1.0, 1.0), ori_shape=(h, w)))
-    if training:
-        return _training_subject(args, base, variants, model, packed)
-    data = model.data_preprocessor(packed)
-    inputs, samples = data['inputs'], data['data_samples']
-    return Subject(model, lambda: model.predict(inputs, samples), None,
-                   False)
-
-
-def _training_subject(args, base: str, variants: set, model,
-                      data: dict) -> Subject:
-    """A detector's or segmentor's training on ``data`` (a batch as the
-    data loader gives it). ``@iter``: ``model.train_step`` with the
-    recipe's optimizer wrapper, a whole iteration as mmengine's loop runs
-    it (the data preprocessor, the loss, its backward, the optimizer's step
-    and the gradients cleared); else the loss of the batch preprocessed
-    once, the step adding its backward."""
-    if 'iter' in variants:
-        wrapper = build_optim_wrapper(base, model, 'amp' in variants,
-                                      args.device)
-        return Subject(model, lambda: model.train_step(data, wrapper), None,
-                       True, iteration=wrapper)
-    data = model.data_preprocessor(data, training=True)
-    inputs, samples = data['inputs'], data['data_samples']
-    return Subject(model, lambda: model.loss(inputs, samples), None, True)
-
-
-def step_of(item: Subject, args, variants: set) -> Callable:
-    """One timed step: inference without autograd, a training step (the
-    loss, or the sum of the outputs, backward), or a whole iteration
-    (``@iter``); ``@amp`` under autocast as mmengine's
-    ``AmpOptimWrapper.optim_context`` (an iteration on CUDA: in its own
-    ``AmpOptimWrapper``)."""
-    forward = item.forward
-    # a training iteration on CUDA autocasts in its AmpOptimWrapper (fp16)
-    if 'amp' in variants and not (item.iteration is not None and
-                                  args.device == 'cuda'):
-        dtype = torch.float16 if args.device == 'cuda' else torch.bfloat16
-
-        def forward():
-            with torch.autocast(args.device, dtype=dtype):
-                return item.forward()
-    if args.mode == 'infer':
-        def step():
-            with torch.no_grad():
-                return forward()
-        return step
-    if item.iteration is not None:
-        return forward
-
-    def train_step():
-        item.model.zero_grad(set_to_none=True)
-        out = forward()
-        loss = item.model.parse_losses(out)[0] if item.losses else \
-            sum(o.float().sum() for o in outputs(out))
-        loss.backward()
-    return train_step
 
 
 def timed(step: Callable, args) -> Dict:
@@ -268,49 +132,14 @@ def measure_here(args) -> dict:
     out = row.pop('out')
     # counted after the peak memory is read: the counters trace the model
     if item.model is None or (base in SEGMENTORS and not item.losses):
-        row.update(_diff_to_exported(base, out, item.x))
+        row.update(diff_to_exported(base, out, item.x))
     elif args.mode == 'infer' and item.x is not None:
-        row.update(_backbone_counts(item, base, variants, args, out,
+        row.update(backbone_counts(item, base, variants, args, out,
                                     row['seconds']))
     elif args.mode == 'train':
         del out
-        row.update(_training_counts(item, args, variants, row['seconds']))
+        row.update(training_counts(item, args, variants, row['seconds']))
     return row
-
-
-def _training_counts(item: Subject, args, variants: set,
-                     seconds: float) -> dict:
-    """Multiply-adds of one training step per image, forward and backward
-    (``gmac_per_image``), and the achieved rate: the published design's
-    products, counted by ``torch.utils.flop_counter`` on one more step of
-    the same model with every fast path off, eagerly (the counter sees
-    neither Triton's kernels nor oneDNN's custom operators; a compiled or
-    graphed backbone is made eager first, at the end of the measurement).
-    With ``cp`` the recomputed forward is counted: it is executed work."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from xcit_dense.models import fast_path
-    backbone = _xcit_in(item.model)
-    if backbone is not None:
-        backbone.compile_cfg = None
-        backbone.cuda_graphs = False
-    step = step_of(item, args, variants)
-    with fast_path(False), FlopCounterMode(
-            display=False, custom_mapping={
-                torch.ops.aten.convolution_backward: _conv_backward_flops
-            }) as counter:
-        step()
-    gmac = counter.get_total_flops() / 2e9 / args.batch
-    return dict(gmac_per_image=gmac,
-                achieved_gflops_per_s=2 * gmac * args.batch / seconds)
-
-
-def _xcit_in(model):
-    """The XCiT in ``model`` (itself, or a detector's or segmentor's
-    backbone), or None."""
-    from xcit_dense.models import XCiT
-    backbone = getattr(model, 'backbone', model)
-    return backbone if isinstance(backbone, XCiT) else None
 
 
 def fallbacks(model) -> dict:
@@ -322,7 +151,7 @@ def fallbacks(model) -> dict:
     the error that sent their part to its straightforward computation."""
     from xcit_dense.models import policy
     from xcit_dense.models.ops import triton_support
-    backbone = _xcit_in(model)
+    backbone = xcit_in(model)
     if backbone is None:
         return {}
     row = {}
@@ -340,120 +169,6 @@ def fallbacks(model) -> dict:
         if graphs.failure is not None:
             row[f'{name}_failure'] = graphs.failure[:300]
     return row
-
-
-def _conv_backward_flops(grad_out_shape, x_shape, w_shape, _bias, _stride,
-                         _padding, _dilation, transposed, _output_padding,
-                         _groups, output_mask, out_shape) -> int:
-    """A convolution's backward: the input's and the weight's gradients,
-    each as many multiply-adds as the forward. (``torch.utils.flop_counter``
-    counts a grouped convolution's weight gradient as if every group saw
-    every channel: a depth-wise 3x3 convolution of 128 channels, forward
-    and backward, at 130 times its forward instead of 3.)"""
-    from torch.utils.flop_counter import conv_flop_count
-    forward = conv_flop_count(x_shape, w_shape, grad_out_shape, transposed)
-    return forward * (int(output_mask[0]) + int(output_mask[1]))
-
-
-def _backbone_counts(item: Subject, base: str, variants: set, args,
-                     out, seconds: float) -> dict:
-    """Multiply-adds, the achieved rate and, for the fast path and the
-    published code, the output difference to the straightforward
-    computation on the same weights."""
-    counts = _count_gmac(item.model, base, variants, item.x[:1],
-                         args.device)
-    gmac = counts.get('executed_gmac_per_image', counts['gmac_per_image'])
-    counts['achieved_gflops_per_s'] = 2 * gmac * args.batch / seconds
-    if 'published' in variants:
-        from .published import straightforward_twin
-        reference = straightforward_twin(item.model, base[len('xcit_'):])
-    elif base.startswith('xcit_') and 'reference' not in variants:
-        reference = build_backbone(base, {'reference'})
-        reference.load_state_dict(item.model.state_dict())
-    else:
-        return counts
-    with torch.no_grad():
-        refs = reference.to(args.device).eval()(item.x)
-    counts['max_rel_diff_vs_reference'] = _max_rel_diff(outputs(out), refs)
-    return counts
-
-
-def _max_rel_diff(outs, refs) -> float:
-    """The largest difference of ``outs`` to the (floating-point) ``refs``,
-    each relative to its reference's largest value."""
-    return max(((o.float() - r).abs().max() / r.abs().max()).item()
-               for o, r in zip(outs, refs) if r.is_floating_point())
-
-
-def _diff_to_exported(base: str, out, x) -> dict:
-    """Largest difference of the (float) outputs to the straightforward
-    fp32 PyTorch computation with the same weights, relative to its largest
-    value."""
-    from xcit_dense.models import fast_path
-    reference = build_exportable(base)
-    with torch.no_grad(), fast_path(False):
-        refs = reference(x)
-    outs = [torch.as_tensor(o) for o in outputs(out)]
-    if base in DETECTORS:  # as many detections as the exported PyTorch graph
-        return dict(detections=len(outs[1]), detections_pytorch=len(refs[1]))
-    return dict(max_rel_diff_vs_reference=_max_rel_diff(outs, refs))
-
-
-def _count_gmac(model, base: str, variants: set, x, device: str) -> dict:
-    """Multiply-adds per image: ``gmac_per_image`` of the published design
-    (mmengine's counter, whose trace takes the straightforward computation;
-    every XCiT variant computes the same maths, so it is counted on an
-    eval-mode model of the straightforward variant, not on the row's, which
-    may train, checkpoint or compile) and, for the XCiT fast path,
-    ``executed_gmac_per_image``: what the row's own variant executes
-    (:func:`_executed_gmac`)."""
-    from mmengine.analysis import FlopAnalyzer
-    fast = base.startswith('xcit_') and not variants & {'reference',
-                                                          'published'}
-    counted = build_backbone(base, {'reference'}).to(device).eval() \
-        if fast else model
-    with torch.no_grad():
-        flops = FlopAnalyzer(counted, x)
-        flops.unsupported_ops_warnings(False)
-        flops.uncalled_modules_warnings(False)
-        counts = dict(gmac_per_image=flops.total() / 1e9)
-    executed = _executed_gmac(base, x, variants) if fast else None
-    if executed is not None:
-        counts['executed_gmac_per_image'] = executed
-    return counts
-
-
-def _executed_gmac(base: str, x, variants: set) -> Optional[float]:
-    """Multiply-adds the row's XCiT executes on ``x`` (inference) where its
-    fast paths compute other products than the published design: on the
-    CPU, and in compiled code on any device (the modules' algebraic fast
-    paths, XCA from second moments). ``None`` for eager CUDA, whose fast
-    paths (XCA's and LPI's Triton kernels, folded layers) compute the
-    published design's products.
-
-    Counted by ``torch.utils.flop_counter`` on an eager CPU copy built with
-    the row's own switches and precision, so that each row counts the
-    routes it takes: the default policy's (XCA from second moments only
-    with enough tokens per channel,
-    :func:`~xcit_dense.models.ops.second_moments.pays`, whose threshold
-    depends on the precision: ``@bf16``'s autocast, the step's autocast of
-    ``@amp``), every fast path for ``@always``. The CPU's policy lists the
-    same parts as compiled code's on either device. Under the counter's
-    dispatch mode the fast paths run in standard operators
-    (:func:`~xcit_dense.models.policy.operators_observed`) with the
-    arithmetic they execute otherwise in oneDNN's custom operators, which
-    the counter cannot see into."""
-    from torch.utils.flop_counter import FlopCounterMode
-    if x.device.type == 'cuda' and 'compile' not in variants:
-        return None
-    model = build_backbone(base, variants - {'compile', 'graphs'}).eval()
-    # the step's autocast (@amp: float16 on CUDA, bfloat16 on the CPU; both
-    # half precision for the route's threshold)
-    autocast = torch.autocast('cpu', dtype=torch.bfloat16,
-                              enabled='amp' in variants)
-    with torch.no_grad(), autocast, FlopCounterMode(display=False) as counter:
-        model(x.cpu())
-    return counter.get_total_flops() / 2e9  # the counter: 2 per multiply-add
 
 
 def main(argv: Optional[List[str]] = None) -> None:

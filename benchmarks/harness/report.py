@@ -1,13 +1,9 @@
-"""The benchmark's outputs: ``results.json``, ``results.md`` (tables and
-the ratios of every variant to its baseline measured in the same run) and
-``results.png`` (inference time and memory against pixels, log-log)."""
-import json
-import os.path as osp
-import sys
-
+"""``results.md``: every row of a run, the ratios of every variant to its
+baseline measured in the same run, and the scaling with the input's
+size."""
+from .machine import CPU_FEATURES
 from .matmul import matmul_summary
-from .names import DETECTORS, RUNTIMES
-from .runs import combine
+from .names import RUNTIMES
 
 
 def _head(*columns):
@@ -56,7 +52,7 @@ def ratio_rows(results, against: str = 'reference'):
     each row of an XCiT against the published backbone
     (``'published'``: ``@published``, ``@published+amp`` likewise), or
     each runtime row against the eager PyTorch row of its model
-    (``'eager'``)."""
+    (``'eager'``). Each names its ``baseline`` row's model."""
     def parts(r):
         base, _, suffix = r['model'].partition('@')
         return base, set(filter(None, suffix.split('+')))
@@ -88,7 +84,8 @@ def ratio_rows(results, against: str = 'reference'):
                 is_baseline(r):
             continue
         rows.append(dict(
-            model=r['model'], size=f'{r["h"]}x{r["w"]}', batch=r['batch'],
+            model=r['model'], baseline=ref['model'],
+            size=f'{r["h"]}x{r["w"]}', batch=r['batch'],
             mode=r['mode'], speedup=ref['seconds'] / r['seconds'],
             round_speedups=[a / b for a, b in zip(
                 ref.get('round_seconds', []), r.get('round_seconds', []))
@@ -240,113 +237,3 @@ def _scaling(results):
             'linear in pixels):', '',
             *_head('model', 'batch', 'mode', 'ratio')] + [
         f'| {m} | {b} | {mode} | {t:.2f} |' for m, b, mode, t in scaling]
-
-
-def plot(results, path):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.4))
-    series = {}
-    for r in results:
-        if 'error' not in r and r['mode'] == 'infer' and r['batch'] == 1 \
-                and r['model'] not in DETECTORS:
-            series.setdefault(r['model'], []).append(
-                (r['h'] * r['w'], r['seconds'], r['peak_mem_gib']))
-    for name, points in sorted(series.items()):
-        points.sort()
-        px = [p[0] / 1e6 for p in points]
-        style = '--' if name.endswith('@reference') else '-'
-        ax_t.plot(px, [p[1] for p in points], style, marker='o', label=name)
-        ax_m.plot(px, [p[2] for p in points], style, marker='o', label=name)
-    if series:
-        lo = min(p[0] for s in series.values() for p in s) / 1e6
-        hi = max(p[0] for s in series.values() for p in s) / 1e6
-        ref = min(s[0][1] for s in series.values())
-        ax_t.plot([lo, hi], [ref, ref * hi / lo], ':', color='grey',
-                  label='linear in pixels')
-        ax_t.legend(fontsize=7)
-    from matplotlib.ticker import NullFormatter
-    pixels = sorted({p[0] / 1e6 for s in series.values() for p in s})
-    for ax, label in ((ax_t, 'forward time (s)'),
-                      (ax_m, 'peak memory (GiB)')):
-        ax.set_xscale('log')
-        ax.set_yscale('log')
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.yaxis.set_minor_formatter(NullFormatter())
-        if pixels:  # one labelled tick per measured size
-            ticks = [v for i, v in enumerate(pixels)
-                     if i == 0 or v > 1.2 * pixels[i - 1]]
-            ax.set_xticks(ticks, [f'{v:.2g}' for v in ticks])
-        ax.set_yticks(*_log_ticks(ax))
-        ax.set_xlabel('pixels (millions)')
-        ax.set_ylabel(label)
-        ax.grid(True, which='both', alpha=0.3)
-    fig.suptitle('Backbone inference, batch 1')
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def _log_ticks(ax):
-    """Readable major ticks (1, 2, 5 x 10^k) within the y range."""
-    lo, hi = ax.get_ylim()
-    ticks = [m * 10**k for k in range(-3, 4) for m in (1, 2, 5)
-             if lo <= m * 10**k <= hi]
-    return ticks, [f'{t:g}' for t in ticks]
-
-
-#: the CPU's instruction sets that change which kernels PyTorch and oneDNN
-#: run (Linux's names in /proc/cpuinfo): a CPU figure is only comparable
-#: with one measured on the same kind of CPU
-CPU_FEATURES = ('avx2', 'avx512f', 'avx512_bf16', 'avx512_fp16', 'amx_bf16',
-                'amx_int8', 'amx_fp16')
-
-
-def cpu_description() -> dict:
-    """The CPU's model name and :data:`CPU_FEATURES` it has, as Linux
-    reports them (elsewhere: ``platform.processor()`` and no features)."""
-    import platform
-    name, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                key, _, value = line.partition(':')
-                if key.strip() == 'model name':
-                    name = value.strip()
-                elif key.strip() == 'flags':
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
-    return dict(cpu=name,
-                cpu_features=[f for f in CPU_FEATURES if f in flags])
-
-
-def machine(device: str) -> dict:
-    """What the figures were measured with: PyTorch, the CPU (model and
-    instruction sets: on a CPU they set the speed, on a GPU the host's
-    launches), and on CUDA the GPU and the CUDA release."""
-    import torch
-    found = dict(torch=torch.__version__, **cpu_description())
-    if device == 'cuda':
-        found.update(gpu=torch.cuda.get_device_name(),
-                     cuda=torch.version.cuda)
-    return found
-
-
-def write_outputs(runs, matmul, args):
-    """Write the three outputs from ``runs`` (rows by measurement, one per
-    round)."""
-    results = [combine(rounds) for rounds in runs.values()]
-    found = machine(args.device)
-    with open(osp.join(args.out_dir, 'results.json'), 'w') as f:
-        json.dump(dict(matmul=matmul, threads=args.threads,
-                       device=args.device, machine=found,
-                       argv=sys.argv[1:],
-                       results=results,
-                       all_rounds=[r for rs in runs.values() for r in rs]),
-                  f, indent=1)
-    write_table(results, matmul, args, osp.join(args.out_dir, 'results.md'),
-                found)
-    plot(results, osp.join(args.out_dir, 'results.png'))

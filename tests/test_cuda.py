@@ -307,9 +307,10 @@ def test_lpi_kernels_match_the_straightforward_branch(no_tf32, dtype,
 @pytest.mark.parametrize('training', [True, False])
 def test_lpi_kernels_on_a_model_cast_to_fp16(no_tf32, training):
     """A model cast to fp16 (``model.half()``) runs LPI's kernels with an
-    fp16 residual, layer scale, layers and BatchNorm statistics: within
-    fp16's rounding of the straightforward computation of the same model
-    (as tests/test_lpi_kernels.py checks it in bf16 on the CPU)."""
+    fp16 residual, layer scale, layers and BatchNorm statistics, in a
+    training step and in inference: within fp16's rounding of the
+    straightforward computation of the same model (as
+    tests/test_lpi_kernels.py checks it in bf16 on the CPU)."""
     from test_lpi_kernels import assert_same, cast_model_branch
     got, ref = cast_model_branch('cuda', torch.float16, training)
     assert_same(got, ref, 4e-3)

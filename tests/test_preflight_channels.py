@@ -1,9 +1,9 @@
 """The pre-flight's check that the neck, or without one the heads, take the
-backbone's maps (xcit_dense/preflight.py, ``check_channels``): the shipped
-config of each model family passes; with the backbone's preset changed and
-the rest left as it was, the part that would fail at the first forward is
-named in one paragraph with the setting that fixes it, and that setting
-passes."""
+backbone's maps (xcit_dense/preflight/model.py, ``check_channels``): the
+shipped config of each model family passes; with the backbone's preset
+changed and the rest left as it was, the part that would fail at the first
+forward is named in one paragraph with the setting that fixes it, and that
+setting passes."""
 import re
 
 import pytest

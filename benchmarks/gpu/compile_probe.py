@@ -188,10 +188,10 @@ def probe(args, results):
             row.update(compile_failure=compiled_model.compile_failure)
             write(row)
     if 'taps' in args.parts:
-        run('taps', model._taps, [[x] for x in images], Params(model))
+        run('taps', model.forward_taps, [[x] for x in images], Params(model))
     if 'resamplers' in args.parts:
         with torch.no_grad():
-            taps = [model._taps(x) for x in images]
+            taps = [model.forward_taps(x) for x in images]
         for level, resampler in enumerate(model.resamplers):
             inputs = [[t[level]] for t in taps]
             run(f'resampler{level}', resampler, inputs, Params(resampler))

@@ -152,30 +152,41 @@ def main():
         compiled(args, record, x1, x2)
 
 
+#: the precisions of the eager rows: (label, autocast dtype or None)
+PRECISIONS = (('fp32', None), ('bf16 autocast', torch.bfloat16),
+              ('fp16 autocast', torch.float16))
+
+
 def eager_and_graphed(args, record, x1, x2):
     """The eager rows (with their profiles) and their CUDA-graph replays:
     inference at batch 1, training steps at batch 2."""
     torch.manual_seed(0)
     model = XCiT(args.arch).cuda().eval()
-    for triton, label, dtype in [
-            (triton, label, dtype) for triton in args.triton
-            for label, dtype in (('fp32', None),
-                                 ('bf16 autocast', torch.bfloat16),
-                                 ('fp16 autocast', torch.float16))]:
-        use_kernels(model, triton)
+    for triton in args.triton:
+        for label, dtype in PRECISIONS:
+            use_kernels(model, triton)
 
-        def infer(dtype=dtype):
-            with torch.no_grad(), autocast(dtype):
-                return model(x1)
-        ms = median_ms(infer)
-        kernels, gpu_ms = profile(
-            infer, f'infer b1 {label}, Triton kernels: {triton}', args.out)
-        replay = graphed(infer)
-        record(what='infer', batch=1, precision=label, triton=triton,
-               eager_ms=ms,
-               kernels=kernels, kernel_gpu_ms=gpu_ms,
-               cuda_graph_ms=median_ms(replay))
+            def infer(dtype=dtype):
+                with torch.no_grad(), autocast(dtype):
+                    return model(x1)
+            ms = median_ms(infer)
+            kernels, gpu_ms = profile(
+                infer, f'infer b1 {label}, Triton kernels: {triton}',
+                args.out)
+            record(what='infer', batch=1, precision=label, triton=triton,
+                   eager_ms=ms, kernels=kernels, kernel_gpu_ms=gpu_ms,
+                   cuda_graph_ms=median_ms(graphed(infer)))
     use_kernels(model, 'none')
+    bf16_weights(args, record, x1)
+    model.train()
+    for triton in args.triton:
+        for label, dtype in PRECISIONS:
+            use_kernels(model, triton)
+            record(**training_row(args, model, x2, triton, label, dtype))
+
+
+def bf16_weights(args, record, x1):
+    """Inference of the backbone cast to bf16, eager and replayed."""
     bf16_model = XCiT(args.arch).cuda().eval().bfloat16()
     xb = x1.bfloat16()
 
@@ -189,36 +200,30 @@ def eager_and_graphed(args, record, x1, x2):
            kernel_gpu_ms=gpu_ms,
            cuda_graph_ms=median_ms(graphed(infer_bf16_weights)))
 
-    model.train()
-    for triton, label, dtype in [
-            (triton, label, dtype) for triton in args.triton
-            for label, dtype in (('fp32', None),
-                                 ('bf16 autocast', torch.bfloat16),
-                                 ('fp16 autocast', torch.float16))]:
-        use_kernels(model, triton)
 
-        def train_step(dtype=dtype):
-            with autocast(dtype):
-                outs = model(x2)
-            sum(o.float().sum() for o in outs).backward()
-            model.zero_grad(set_to_none=True)
-        torch.cuda.reset_peak_memory_stats()
-        ms = median_ms(train_step, repeat=10)
-        peak = torch.cuda.max_memory_allocated() / 2**30
-        kernels, gpu_ms = profile(
-            train_step, f'train b2 {label}, Triton kernels: {triton}',
-            args.out)
-        row = dict(what='train', batch=2, precision=label, triton=triton,
-                   eager_ms=ms, kernels=kernels, kernel_gpu_ms=gpu_ms,
-                   peak_gib=peak)
-        # forward and backward in one graph: every replay recomputes the
-        # gradients into the memory of the captured ones and updates
-        # BatchNorm's running statistics, as an eager step does
-        try:
-            row['cuda_graph_ms'] = median_ms(graphed(train_step), repeat=10)
-        except Exception as error:  # record and go on
-            row['cuda_graph_error'] = repr(error)[:300]
-        record(**row)
+def training_row(args, model, x2, triton, label, dtype) -> dict:
+    """A training step's row: eager, profiled and replayed."""
+    def train_step():
+        with autocast(dtype):
+            outs = model(x2)
+        sum(o.float().sum() for o in outs).backward()
+        model.zero_grad(set_to_none=True)
+    torch.cuda.reset_peak_memory_stats()
+    ms = median_ms(train_step, repeat=10)
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    kernels, gpu_ms = profile(
+        train_step, f'train b2 {label}, Triton kernels: {triton}', args.out)
+    row = dict(what='train', batch=2, precision=label, triton=triton,
+               eager_ms=ms, kernels=kernels, kernel_gpu_ms=gpu_ms,
+               peak_gib=peak)
+    # forward and backward in one graph: every replay recomputes the
+    # gradients into the memory of the captured ones and updates
+    # BatchNorm's running statistics, as an eager step does
+    try:
+        row['cuda_graph_ms'] = median_ms(graphed(train_step), repeat=10)
+    except Exception as error:  # record and go on
+        row['cuda_graph_error'] = repr(error)[:300]
+    return row
 
 
 def compiled(args, record, x1, x2):

@@ -51,7 +51,7 @@ LPI_BLOCKS = ((32, 64), (16, 64), (64, 64), (32, 32), (32, 128))
 
 
 def xca_candidates(dtype):
-    precision = xca_kernels._precision(dtype)
+    precision = xca_kernels.dot_precision(dtype)
     tiles = dict(xca_kernels.TILES)
     yield 'TILES', dict(TILES=tiles)
     for tile in XCA_TILES:

@@ -39,19 +39,19 @@ def stream(kind: str, n: int, calls: int, seed: int = 0):
         yield (1, 1, 1, offset + rng.choices(range(n), weights)[0] + 1)
 
 
-def run(sizes, capture_cost: float) -> dict:
-    """Captures, replays and eager calls of ``sizes`` under ``'auto'``."""
+def run(sizes, capture_cost: float, replays: list) -> dict:
+    """Captures, replays and eager calls of ``sizes`` under ``'auto'``
+    (``replays``: one item per replay of the stand-in's graphs)."""
     graphs = cuda_graphs.GraphedInference()
     model = nn.Identity()
     counts = dict(captures=0, replays=0, eager=0)
     for shape in sizes:
         x = torch.zeros(shape)
-        captures = graphs.captures
-        kept = graphs._latest_for(cuda_graphs.input_key(x)) is not None
+        captures, replayed = graphs.captures, len(replays)
         with torch.no_grad():
             graphs(model, lambda t: (t, ), x, auto=True)
         counts['captures' if graphs.captures > captures else
-               'replays' if kept else 'eager'] += 1
+               'replays' if len(replays) > replayed else 'eager'] += 1
     calls = sum(counts.values())
     counts['eager_forwards_per_call'] = (
         REPLAY * counts['replays'] + counts['eager'] +
@@ -65,9 +65,12 @@ def main():
     parser.add_argument('--capture', type=float, default=4.0)
     args = parser.parse_args()
 
+    replays = []
+
     def capture(forward, x, pool):
         static = x.clone()
-        return static, tuple(forward(static)), (lambda: None), pool
+        return static, tuple(forward(static)), (
+            lambda: replays.append(None)), pool
 
     def lru(self, recurrence):
         return next(iter(self.graphs))
@@ -86,7 +89,8 @@ def main():
                                       '_least_used', lru)]
                 for patch in patches:
                     patch.start()
-                row = run(stream(kind, n, args.calls), args.capture)
+                row = run(stream(kind, n, args.calls), args.capture,
+                          replays)
                 for patch in patches:
                     patch.stop()
                 print(f"| {n} {kind} | {policy} | {row['captures']} | "

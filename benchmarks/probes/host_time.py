@@ -34,8 +34,6 @@ import statistics
 import sys
 import time
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-
 
 def cudas_column_on_the_cpu(policy) -> None:
     """The kernels' devices widened to the CPU and the policy's CUDA
@@ -90,7 +88,7 @@ def per_launch_us(torch, calls: int = 200) -> dict:
     return result
 
 
-def main() -> None:
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--device', choices=('cpu', 'cuda'), default='cpu')
     parser.add_argument('--arch', default='small_12_p16')
@@ -100,22 +98,14 @@ def main() -> None:
     parser.add_argument('--steps', type=int, default=15)
     parser.add_argument('--out', default=None,
                         help='a folder for host_time.jsonl')
-    args = parser.parse_args()
-    if args.device == 'cpu':
-        os.environ['TRITON_INTERPRET'] = '1'  # before Triton is imported
-    import torch
+    return parser.parse_args()
 
-    from xcit_dense import XCiT, fast_path
-    from xcit_dense.models import policy
-    from xcit_dense.models.ops import triton_support
-    if not triton_support.available():
-        sys.exit('error: this needs Triton (installed with PyTorch on '
-                 'Linux x86-64).')
-    if args.device == 'cuda' and not torch.cuda.is_available():
-        sys.exit('error: --device cuda needs a CUDA GPU.')
-    torch.set_num_threads(1)
-    if args.device == 'cpu':
-        cudas_column_on_the_cpu(policy)
+
+def calls(torch, args):
+    """The timed calls, ``{'train': step, 'infer': call}``, and the
+    model: fp16 autocast, a training step at batch 2 and inference at
+    batch 1, each waiting for the GPU."""
+    from xcit_dense import XCiT
     torch.manual_seed(0)
     model = XCiT(args.arch, embed_dim=args.width, num_heads=8).to(
         args.device)
@@ -136,7 +126,44 @@ def main() -> None:
                 torch.autocast(args.device, dtype=torch.float16):
             model(x1)
         done()
+    return dict(train=train_step, infer=inference), model
 
+
+def timed_row(args, call, setting: bool) -> tuple:
+    """Milliseconds per call (median of ``--steps``) with the fast paths
+    on (``setting``) or off, and the Triton kernel calls per call (on the
+    CPU, counted and skipped; else None)."""
+    from xcit_dense import fast_path
+    with fast_path(setting, fused_kernels=False), \
+            SkippedKernels(args.device) as kernels:
+        call()  # the kernels' probes, the weights' casts
+        kernels.calls = 0
+        times = []
+        for _ in range(args.steps):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+    counted = kernels.calls // args.steps if args.device == 'cpu' else None
+    return statistics.median(times) * 1e3, counted
+
+
+def main() -> None:
+    args = parse_args()
+    if args.device == 'cpu':
+        os.environ['TRITON_INTERPRET'] = '1'  # before Triton is imported
+    import torch
+
+    from xcit_dense.models import policy
+    from xcit_dense.models.ops import triton_support
+    if not triton_support.available():
+        sys.exit('error: this needs Triton (installed with PyTorch on '
+                 'Linux x86-64).')
+    if args.device == 'cuda' and not torch.cuda.is_available():
+        sys.exit('error: --device cuda needs a CUDA GPU.')
+    torch.set_num_threads(1)
+    if args.device == 'cpu':
+        cudas_column_on_the_cpu(policy)
+    steps, model = calls(torch, args)
     out = None
     if args.out is not None:
         os.makedirs(args.out, exist_ok=True)
@@ -156,25 +183,16 @@ def main() -> None:
           + (', Triton kernel calls per call' if args.device == 'cpu'
              else ''))
     for rnd in range(args.rounds):
-        for mode, call in (('train', train_step), ('infer', inference)):
+        for mode, call in steps.items():
             model.train(mode == 'train')
             for setting in (True, False):
-                with fast_path(setting, fused_kernels=False), \
-                        SkippedKernels(args.device) as kernels:
-                    call()  # the kernels' probes, the weights' casts
-                    kernels.calls = 0
-                    times = []
-                    for _ in range(args.steps):
-                        start = time.perf_counter()
-                        call()
-                        times.append(time.perf_counter() - start)
+                ms, kernels = timed_row(args, call, setting)
                 name = 'default' if setting else 'straightforward'
-                ms = statistics.median(times) * 1e3
                 row = dict(round=rnd + 1, mode=mode, config=name, ms=ms)
                 counted = ''
-                if args.device == 'cpu':
-                    row['triton_kernels'] = kernels.calls // args.steps
-                    counted = f' {row["triton_kernels"]:4d} Triton kernels'
+                if kernels is not None:
+                    row['triton_kernels'] = kernels
+                    counted = f' {kernels:4d} Triton kernels'
                 record(f'round {rnd + 1} {mode} {name:15s} {ms:7.2f} ms'
                        f'{counted}', **row)
     if args.device == 'cuda':

@@ -236,7 +236,7 @@ if triton is not None:
         tl.store(dqkv_ptr + offsets + 2 * C, dv.to(kind), mask=mask)
 
 
-def _precision(dtype: torch.dtype) -> str:
+def dot_precision(dtype: torch.dtype) -> str:
     """tl.dot's precision for fp32 products of ``dtype`` inputs: IEEE fp32
     unless PyTorch allows TF32 in fp32 matmuls; TF32 for fp16 and bf16
     inputs (whose mantissas it holds)."""
@@ -265,7 +265,7 @@ def token_products(a: torch.Tensor, b: torch.Tensor, heads: int, d: int,
     _token_products[(B * heads, parts)](
         a, b, prod, sq, N, heads, d, a.stride(0), a.stride(1), b.stride(0),
         b.stride(1), TOKENS_PER_PROGRAM, SQUARES=squares, BLOCK_N=BLOCK_N,
-        BLOCK_D=_block_d(d), PRECISION=_precision(a.dtype))
+        BLOCK_D=_block_d(d), PRECISION=dot_precision(a.dtype))
     return prod, sq
 
 
@@ -287,7 +287,7 @@ class _Attention(torch.autograd.Function):
         _attention[(B * heads,)](
             prod, sq, temperature, attn, gram, sqsum, heads, d,
             prod.shape[1], EPS=EPS, BLOCK_D=_block_d(d))
-        precision = _precision(qkv.dtype)
+        precision = dot_precision(qkv.dtype)
         tile, warps = TILES[precision]
         _attend[(B * heads, triton.cdiv(N, tile))](
             qkv, attn, out, N, heads, d, qkv.stride(0), qkv.stride(1),
@@ -318,7 +318,7 @@ class _Attention(torch.autograd.Function):
             dprod, attn, gram, sqsum, temperature, dscores, dsq, dt, heads,
             d, dprod.shape[1], EPS=EPS, BLOCK_D=_block_d(d))
         dqkv = torch.empty_like(qkv)
-        precision = _precision(qkv.dtype)
+        precision = dot_precision(qkv.dtype)
         tile, warps = TILES[precision]
         _token_gradients[(B * heads, triton.cdiv(N, tile))](
             qkv, dout, attn, dscores, dsq, dqkv, N, heads, d, qkv.stride(0),
@@ -368,5 +368,5 @@ def works(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     products now, and gradients if they are recorded now (probed once per
     variant, see :func:`.triton_support.works`)."""
     return triton_support.works(
-        "XCA's attention", device, dtype, probe, _precision(dtype),
+        "XCA's attention", device, dtype, probe, dot_precision(dtype),
         head_dim=head_dim, backward=torch.is_grad_enabled())

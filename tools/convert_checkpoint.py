@@ -114,8 +114,9 @@ def convert_whole_model(args, raw):
          f'{osp.getsize(args.dst) / 2**20:.1f} MiB')
 
 
-def main():
-    args = parse_args()
+def checked_source(args):
+    """The local path of SRC (a URL downloaded once), after checking that
+    DST is a file this tool can write and not SRC itself."""
     if not args.dst.endswith(('.pth', '.safetensors')):
         raise UserError(f'DST names the file to write, ending in .pth (an '
                         f'mmengine checkpoint) or .safetensors; got '
@@ -127,40 +128,37 @@ def main():
     if osp.exists(args.dst) and osp.samefile(src, args.dst):
         raise UserError(f'DST is SRC ({args.dst}): the converted weights '
                         'go to a file of their own.')
-    step(f'reading {args.src} ({osp.getsize(src) / 2**20:.1f} MiB)')
-    raw = read_checkpoint(src)
-    if is_published(raw):
-        given = [f'--{name.replace("_", "-")}'
-                 for name in ('arch', 'checkpoint_key')
-                 if getattr(args, name) is not None]
-        if given:
-            raise UserError(
-                f'{" and ".join(given)} '
-                f'{"choose" if len(given) > 1 else "chooses"} what a '
-                'classification / '
-                f'backbone checkpoint is checked against; {args.src} is a '
-                'published XCiT detector / segmentor, checked against the '
-                'whole model of its config (--config, or the model '
-                "index's for its file name). Leave out "
-                f'{" and ".join(given)}.')
-        if args.dst.endswith('.safetensors'):
-            raise UserError(
-                f'{args.src} is a whole detector / segmentor, which is '
-                'written as .pth (an mmengine checkpoint, with its class '
-                'names and palette); DST ends in .safetensors.')
-        step('a published XCiT detector / segmentor (mmdet 2 / mmseg 0 '
-             'layout); converting')
-        return convert_whole_model(args, raw)
-    if args.config is not None:
-        raise UserError(
-            f'--config is for published detectors and segmentors; '
-            f'{args.src} is a classification / backbone checkpoint, which '
-            'is checked against the XCiT preset its shapes give (or '
-            '--arch), not against a config. Leave out --config.')
-    state_dict, fmt = extract_state_dict(raw, args.checkpoint_key)
-    step(f'{fmt} checkpoint with {len(state_dict)} entries; converting')
-    converted, dropped = convert_state_dict(state_dict)
+    return src
 
+
+def check_whole_model_options(args):
+    """A published detector / segmentor takes --config, not the options of
+    a classification checkpoint, and is written as .pth."""
+    given = [f'--{name.replace("_", "-")}'
+             for name in ('arch', 'checkpoint_key')
+             if getattr(args, name) is not None]
+    if given:
+        raise UserError(
+            f'{" and ".join(given)} '
+            f'{"choose" if len(given) > 1 else "chooses"} what a '
+            'classification / '
+            f'backbone checkpoint is checked against; {args.src} is a '
+            'published XCiT detector / segmentor, checked against the '
+            'whole model of its config (--config, or the model '
+            "index's for its file name). Leave out "
+            f'{" and ".join(given)}.')
+    if args.dst.endswith('.safetensors'):
+        raise UserError(
+            f'{args.src} is a whole detector / segmentor, which is '
+            'written as .pth (an mmengine checkpoint, with its class '
+            'names and palette); DST ends in .safetensors.')
+
+
+def checked_backbone_weights(args, converted, dropped):
+    """The preset (``--arch``, or the one the shapes give; None: the
+    shapes' settings) and the weights of ``converted`` that fit its
+    backbone, strictly checked; what else is dropped goes to
+    ``dropped``."""
     settings = infer_settings(converted)
     arch = args.arch or next(
         (name for name, preset in ARCH_SETTINGS.items()
@@ -180,12 +178,15 @@ def main():
           '(initialised when training starts)')
     for key, why in sorted(dropped.items()):
         print(f'    dropped {key}: {why}')
+    return arch, to_load
 
+
+def copied(to_load):
+    """Contiguous copies of the weights, with a progress bar: redrawn in
+    place on a terminal; in a log (a file, a pipe), the last frame only."""
     out = {}
     total = sum(v.numel() for v in to_load.values())
     done = 0
-    # a bar redrawn in place on a terminal; in a log (a file, a pipe), the
-    # last frame only
     terminal = sys.stdout.isatty()
     start, end = ('\r', '') if terminal else ('', '\n')
     for i, (k, v) in enumerate(sorted(to_load.items()), start=1):
@@ -198,6 +199,15 @@ def main():
                   flush=True)
     if terminal:
         print()
+    return out
+
+
+def convert_backbone(args, raw):
+    state_dict, fmt = extract_state_dict(raw, args.checkpoint_key)
+    step(f'{fmt} checkpoint with {len(state_dict)} entries; converting')
+    converted, dropped = convert_state_dict(state_dict)
+    arch, to_load = checked_backbone_weights(args, converted, dropped)
+    out = copied(to_load)
     meta = dict(source=osp.basename(args.src), source_format=fmt,
                 arch=arch or '', xcit_dense_version=__version__)
     step(f'writing {args.dst}')
@@ -210,6 +220,25 @@ def main():
             torch.save({'state_dict': out, 'meta': meta}, partial)
         move_into_place(partial, args.dst)
     step(f'done: {osp.getsize(args.dst) / 2**20:.1f} MiB')
+
+
+def main():
+    args = parse_args()
+    src = checked_source(args)
+    step(f'reading {args.src} ({osp.getsize(src) / 2**20:.1f} MiB)')
+    raw = read_checkpoint(src)
+    if is_published(raw):
+        check_whole_model_options(args)
+        step('a published XCiT detector / segmentor (mmdet 2 / mmseg 0 '
+             'layout); converting')
+        return convert_whole_model(args, raw)
+    if args.config is not None:
+        raise UserError(
+            f'--config is for published detectors and segmentors; '
+            f'{args.src} is a classification / backbone checkpoint, which '
+            'is checked against the XCiT preset its shapes give (or '
+            '--arch), not against a config. Leave out --config.')
+    convert_backbone(args, raw)
 
 
 if __name__ == '__main__':

@@ -125,6 +125,41 @@ def use_exported_model(cfg, args):
                      scope=cfg.default_scope)
 
 
+def test_only(cfg, checkpoint):
+    """The config set to test ``checkpoint`` (None: an exported file): the
+    trained weights are loaded whole and strictly by the runner, after its
+    hooks' before_run (EMAHook's average model exists then), as mmdet's
+    and mmseg's test.py load them; no pretrained import needed. A test
+    builds nothing of training: mmseg's visualization hook reads
+    runner.iter, which would build the training loop and its dataset
+    (missing where only the test data is there)."""
+    cfg.load_from, cfg.resume = checkpoint, False
+    cfg.train_dataloader = cfg.train_cfg = cfg.optim_wrapper = None
+    cfg.param_scheduler = None
+    tta = str(cfg.model.get('type', '')).endswith('TTAModel')
+    inner = cfg.model.module if tta else cfg.model
+    if inner.get('backbone', {}).get('init_cfg'):
+        inner.backbone.init_cfg = None
+
+
+def save_predictions(cfg, out):
+    """``--out``: detection's predictions into a .pkl file, segmentation's
+    label maps (PNG) into a folder."""
+    if cfg.default_scope == 'mmdet':
+        if not out.endswith(('.pkl', '.pickle')):
+            raise UserError('--out for detection must be a .pkl file, '
+                            f'got {out}')
+        check_output(out, '--out')
+        evaluators = cfg.test_evaluator if isinstance(
+            cfg.test_evaluator, list) else [cfg.test_evaluator]
+        cfg.test_evaluator = evaluators + [
+            dict(type='DumpDetResults', out_file_path=out)]
+    else:
+        check_output(out, '--out', folder=True)
+        cfg.test_evaluator['output_dir'] = out
+        cfg.test_evaluator['keep_results'] = True
+
+
 def main():
     args = parse_args()
     cfg = config_from_args(args)
@@ -144,38 +179,11 @@ def main():
     check_inputs(cfg, training=False)
     if not exported:  # before the runner writes its work dir
         check_fits(cfg, contents, allow_new_classes=False)
-    # The trained weights are loaded whole and strictly by the runner, after
-    # its hooks' before_run (EMAHook's average model exists then), as
-    # mmdet's and mmseg's test.py load them; no pretrained import needed.
-    cfg.load_from, cfg.resume = None if exported else checkpoint, False
-    # a test builds nothing of training: mmseg's visualization hook reads
-    # runner.iter, which would build the training loop and its dataset
-    # (missing where only the test data is there)
-    cfg.train_dataloader = cfg.train_cfg = cfg.optim_wrapper = None
-    cfg.param_scheduler = None
-    tta = str(cfg.model.get('type', '')).endswith('TTAModel')
-    inner = cfg.model.module if tta else cfg.model
-    if inner.get('backbone', {}).get('init_cfg'):
-        inner.backbone.init_cfg = None
-
+    test_only(cfg, checkpoint)
     if args.show or args.show_dir:
         enable_visualization(cfg, args)
     if args.out:
-        if cfg.default_scope == 'mmdet':
-            if not args.out.endswith(('.pkl', '.pickle')):
-                raise UserError('--out for detection must be a .pkl file, '
-                                f'got {args.out}')
-            check_output(args.out, '--out')
-            evaluators = cfg.test_evaluator if isinstance(
-                cfg.test_evaluator, list) else [cfg.test_evaluator]
-            cfg.test_evaluator = evaluators + [
-                dict(type='DumpDetResults', out_file_path=args.out)]
-        else:
-            # a folder for the predicted label maps (PNG)
-            check_output(args.out, '--out', folder=True)
-            cfg.test_evaluator['output_dir'] = args.out
-            cfg.test_evaluator['keep_results'] = True
-
+        save_predictions(cfg, args.out)
     if not exported:
         # A test-time-augmentation model holds the trained one as `module`;
         # mmengine loads into that (load_state_dict unwraps a BaseTTAModel).

@@ -146,11 +146,40 @@ def match_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]
     any missing backbone weight, unknown key or shape mismatch.
     """
     own = model.state_dict()
+    to_load, unused, unexpected, problems = _sorted_keys(model, own,
+                                                         state_dict)
+    missing = [k for k in own if k not in state_dict
+               and not k.endswith('num_batches_tracked')]
+    pyramid_missing = [k for k in missing if PYRAMID_PREFIX.match(k)]
+    pyramid_own = [k for k in own if PYRAMID_PREFIX.match(k)
+                   and not k.endswith('num_batches_tracked')]
+    fresh: List[str] = []
+    if pyramid_missing and len(pyramid_missing) == len(pyramid_own):
+        fresh = pyramid_missing  # classification checkpoint: no pyramid
+    missing = [k for k in missing if k not in fresh]
+
+    if missing or unexpected or problems:
+        raise CheckpointError(mismatch_paragraph(
+            'The checkpoint does not fit the XCiT backbone '
+            f'(arch {getattr(model, "arch", None)!r}, '
+            f'{getattr(model, "arch_settings", {})}):',
+            [('missing backbone weights', missing),
+             ('unexpected keys', unexpected),
+             ('shape mismatches', problems)],
+            _advice(model, missing, unexpected, problems)))
+    return to_load, unused, fresh
+
+
+def _sorted_keys(model: nn.Module, own: Mapping[str, torch.Tensor],
+                 state_dict: Mapping[str, torch.Tensor]
+                 ) -> Tuple[Dict[str, torch.Tensor], Dict[str, str],
+                            List[str], List[str]]:
+    """The checkpoint's keys sorted: the weights to load, those not loaded
+    with the reason (blocks after the last tapped one, resamplers of levels
+    not returned), the unexpected keys and the shape mismatches."""
     depth = getattr(model, 'depth', None)
     n_built = len(model.blocks)
-    to_load, unused, problems = {}, {}, []
-
-    unexpected = []
+    to_load, unused, unexpected, problems = {}, {}, [], []
     for k, v in state_dict.items():
         if k in own:
             if own[k].shape != v.shape:
@@ -167,39 +196,25 @@ def match_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]
             unused[k] = 'a pyramid level not returned (out_levels)'
         else:
             unexpected.append(k)
+    return to_load, unused, unexpected, problems
 
-    missing = [k for k in own if k not in state_dict
-               and not k.endswith('num_batches_tracked')]
-    pyramid_missing = [k for k in missing if PYRAMID_PREFIX.match(k)]
-    pyramid_own = [k for k in own if PYRAMID_PREFIX.match(k)
-                   and not k.endswith('num_batches_tracked')]
-    fresh: List[str] = []
-    if pyramid_missing and len(pyramid_missing) == len(pyramid_own):
-        fresh = pyramid_missing  # classification checkpoint: no pyramid
-    missing = [k for k in missing if k not in fresh]
 
-    if missing or unexpected or problems:
-        advice = ('Check that the arch (or embed_dim, depth, num_heads, '
-                  'patch_size) matches the checkpoint.')
-        # a deeper checkpoint than depth: its later blocks alone unexpected
-        blocks = [re.match(r'^blocks\.(\d+)\.', k) for k in unexpected]
-        deeper = {int(m.group(1)) for m in blocks if m}
-        if deeper and all(blocks) and not missing and not problems and \
-                min(deeper) >= n_built:
-            advice = (f'The checkpoint has {max(deeper) + 1} blocks, this '
-                      f'backbone depth {depth}: to use its first blocks, '
-                      f'keep depth={max(deeper) + 1} (the preset\'s) and tap '
-                      'earlier blocks with out_indices; blocks after the '
-                      'last tap are not built and their weights are '
-                      'dropped.')
-        raise CheckpointError(mismatch_paragraph(
-            'The checkpoint does not fit the XCiT backbone '
-            f'(arch {getattr(model, "arch", None)!r}, '
-            f'{getattr(model, "arch_settings", {})}):',
-            [('missing backbone weights', missing),
-             ('unexpected keys', unexpected),
-             ('shape mismatches', problems)], advice))
-    return to_load, unused, fresh
+def _advice(model: nn.Module, missing: List[str], unexpected: List[str],
+            problems: List[str]) -> str:
+    """What to do about a checkpoint that does not fit: keep the preset's
+    depth where the checkpoint is deeper than the backbone (its later
+    blocks alone unexpected), else check the preset."""
+    blocks = [re.match(r'^blocks\.(\d+)\.', k) for k in unexpected]
+    deeper = {int(m.group(1)) for m in blocks if m}
+    if deeper and all(blocks) and not missing and not problems and \
+            min(deeper) >= len(model.blocks):
+        return (f'The checkpoint has {max(deeper) + 1} blocks, this '
+                f'backbone depth {getattr(model, "depth", None)}: to use its '
+                f'first blocks, keep depth={max(deeper) + 1} (the preset\'s) '
+                'and tap earlier blocks with out_indices; blocks after the '
+                'last tap are not built and their weights are dropped.')
+    return ('Check that the arch (or embed_dim, depth, num_heads, '
+            'patch_size) matches the checkpoint.')
 
 
 def _group(keys) -> List[str]:

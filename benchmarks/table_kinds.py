@@ -251,6 +251,17 @@ def _run_line(run: dict) -> str:
             f"threads, {libraries}: `{run['command']}`")
 
 
+def optimizer_step(results: Results) -> str:
+    """A recipe's optimizer step with mmengine's one parameter group per
+    parameter (``merge_groups=False``) and with the groups merged (our
+    constructor's default), on each machine that measured it."""
+    lines = [[results.machine(row.machine)['name'], cells.model(row['model']),
+              f"`{row['name']}`", _time(row, results), _ratios(row)]
+             for row in results.rows if row['mode'] == 'optimizer step']
+    return with_note(markdown_table(
+        ['machine', 'model', 'parameter groups', 'step', 'against'], lines))
+
+
 def machines(results: Results) -> str:
     """Each results file: its machine, its runs and rows, and how many of
     them are older than the code."""

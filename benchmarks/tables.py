@@ -37,6 +37,7 @@ TABLES = {
     'cpu-scaling': kinds.cpu_scaling,
     'machines': kinds.machines,
     'export-cpu': export_tables.export_cpu,
+    'optimizer-step': kinds.optimizer_step,
     **demo_tables.TABLES,
 }
 #: and ``rows-<results file>`` for each results file: every row of it

@@ -95,8 +95,8 @@ def test_a_differing_table_and_an_unknown_name_fail(tmp_path):
     assert tables.run(check=True, root=tmp_path, results=results_of()) \
         == ["docs/a.md: no table is named 'nonesuch'; the tables: cpu, gpu, "
             'targets, cpu-published, cpu-scaling, machines, export-cpu, '
-            'demo-coco, demo-coco-runs, demo-ade20k, demo-ade20k-runs, '
-            'demo-ade20k-classes, rows-cpu-test']
+            'optimizer-step, demo-coco, demo-coco-runs, demo-ade20k, '
+            'demo-ade20k-runs, demo-ade20k-classes, rows-cpu-test']
 
 
 def test_a_results_row_without_its_fields_fails():

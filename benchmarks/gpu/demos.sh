@@ -4,7 +4,7 @@
 # once (one GPU holds them; its machine's cores feed them), then evaluated
 # by the training's last validation. Run from the project's root:
 #
-#   bash docs/benchmark/gpu/demos.sh OUT [CONFIG ...]
+#   bash benchmarks/gpu/demos.sh OUT [CONFIG ...]
 #
 # Writes OUT/NAME.log per demo as it trains (work directories, with their
 # checkpoints, under work_dirs/gpu_demos/), then prints each demo's wall

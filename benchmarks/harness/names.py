@@ -21,16 +21,14 @@ DETECTOR_VARIANTS = ('reference', 'always', 'eager', 'amp', 'bf16',
                      'iter') + RUNTIMES + ('int8', )
 
 
+#: the repository's root, whose configs/ the benchmark builds
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
 def config_path(path: str) -> str:
     """A benchmark config: ``mmdet::`` names as they are, ours from the
-    clone or from the installed package's copy."""
-    if '::' in path:
-        return path
-    package = osp.dirname(osp.dirname(osp.abspath(__file__)))
-    for root in (osp.dirname(package), osp.join(package, '.mim')):
-        if osp.isfile(osp.join(root, path)):
-            return osp.join(root, path)
-    return path
+    repository's configs/ (whatever the working directory)."""
+    return path if '::' in path else osp.join(REPO, path)
 
 
 def parse_model(name: str):

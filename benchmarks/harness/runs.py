@@ -2,15 +2,13 @@
 is its own), and combining interleaved rounds."""
 import json
 import os
-import os.path as osp
 import signal
 import subprocess
 import sys
 
-from .names import RUNTIMES, parse_model
+from .names import REPO, RUNTIMES, parse_model
 
 _EXPORTED = {}  # (base, size, batch) -> the export's row
-PACKAGE_ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def run_measurement(model, size, batch, mode, args) -> dict:
@@ -54,7 +52,7 @@ def _run_worker(model, size, batch, mode, args) -> dict:
            '--warmup', str(args.warmup), '--out-dir', args.out_dir]
     if getattr(args, 'published_code', None):
         cmd += ['--published-code', args.published_code]
-    path = os.pathsep.join(filter(None, [PACKAGE_ROOT,
+    path = os.pathsep.join(filter(None, [REPO,
                                         os.environ.get('PYTHONPATH')]))
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
                PYTHONPATH=path)

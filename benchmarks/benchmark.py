@@ -177,8 +177,8 @@ DEFAULT_SIZES = [(512, 512), (800, 1344), (1024, 1024), (1600, 2688)]
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split('\n\n')[0],
-        epilog=f'Models: {usage()}. What each is: the module docstring '
-        '(or docs/performance.md).')
+        epilog=f'Models: {usage()}. What each is: the docstring of '
+        'benchmarks/benchmark.py (or docs/performance.md).')
     parser.add_argument(
         '--models', nargs='+', metavar='MODEL',
         default=DEFAULT_MODELS,

@@ -1,7 +1,7 @@
 """Benchmark dense backbones and detectors: latency, memory and FLOPs by size.
 
 The benchmark lives in ``benchmarks/`` of the repository, outside the
-package (its models, variants, outputs and options:
+package and its wheel (its models, variants, outputs and options:
 ``benchmarks/benchmark.py``); this is its command line, as
 ``python -m benchmarks.benchmark`` from the repository's root is:
 
@@ -11,14 +11,22 @@ package (its models, variants, outputs and options:
 import os.path as osp
 import sys
 
-# benchmarks/ is the repository's, not the installed package's
+# benchmarks/ is the repository's, next to this file's folder
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from benchmarks.benchmark import (  # noqa: E402,F401
-    build_parser,
-    main,
-    parse_model,
-)
+try:
+    from benchmarks.benchmark import (  # noqa: F401
+        build_parser,
+        main,
+        parse_model,
+    )
+except ModuleNotFoundError as error:
+    if error.name != 'benchmarks':
+        raise
+    sys.exit('error: tools/benchmark.py runs in a clone of the xcit-dense '
+             'repository, whose benchmarks/ folder it imports (the installed '
+             'package does not include it): run it from the clone.')
+
 from xcit_dense.cli import run_cli  # noqa: E402
 
 if __name__ == '__main__':

@@ -42,8 +42,8 @@ class DataError(XCiTDenseError, ValueError):
 
 
 class InputError(XCiTDenseError, ValueError):
-    """An input the model cannot take (an image too small for the
-    pyramid's max-pooling)."""
+    """An input the model cannot take (not a batch of images, another
+    dtype, an image too small for the pyramid's max-pooling)."""
 
 
 class ExportError(XCiTDenseError):

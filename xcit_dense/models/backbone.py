@@ -27,10 +27,10 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..checkpoint import load_backbone_checkpoint
 from ..checkpoint.keys import PUBLISHED_NAMES
-from ..errors import InputError
 from ..registry import MODELS
 from .block import XCABlock
 from .execution import compile_options, graphed, init_execution, run_forward
+from .inputs import check_image_size, check_images
 from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
 from .policy import check_setting as check_fast_path_setting
 from .positional_encoding import CachedFourierEncoding
@@ -46,7 +46,7 @@ from .presets import (
     init_cfgs,
     resolve_arch,
 )
-from .pyramid import crop, make_resampler, smallest_grid
+from .pyramid import crop, make_resampler
 from .stem import ConvPatchEmbed
 
 
@@ -299,8 +299,8 @@ class XCiT(BaseModule):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """NCHW images -> NCHW maps of strides 4, 8, 16, 32 (those of
         ``out_levels``), of the sizes that ``out_sizes`` says."""
-        self._check_images(x)
-        self._check_image_size(x)
+        check_images(self, x)
+        check_image_size(self, x)
         if torch.is_grad_enabled():  # DDP's buckets: see ops/grad_layout.py
             keep_grad_layouts(self)
         return run_forward(self, x)  # autocast, compiled, graphed or eager
@@ -329,51 +329,11 @@ class XCiT(BaseModule):
             outs.append(level.contiguous())
         return tuple(outs)
 
-    def _check_images(self, x: torch.Tensor) -> None:
-        """``x`` is what the backbone takes, or one paragraph: a batch of
-        images of the stem's channels, in its weights' dtype (under
-        autocast, which casts them: float32, float16 or bfloat16)."""
-        channels = self.in_channels
-        if not hasattr(x, 'dim') or x.dim() != 4 or \
-                x.shape[1] != channels or min(x.shape[0], *x.shape[2:]) < 1:
-            raise ValueError(
-                f'XCiT takes a batch of images, a tensor of shape (B, '
-                f'{channels}, H, W) with B, H, W >= 1; got '
-                f'{_shape_of(x)}.')
-        dtype = next(p.dtype for p in self.patch_embed.parameters())
-        autocast = torch.is_autocast_enabled(x.device.type)
-        if x.dtype != dtype and not (autocast and x.dtype in CAST_BY_AUTOCAST):
-            raise ValueError(
-                f"XCiT takes images in its weights' dtype ({dtype}; under "
-                f'torch.autocast float32, float16 or bfloat16), got '
-                f'{x.dtype}: convert them (x.to({dtype})), or the model '
-                f'(model.to({x.dtype})) for another floating dtype.')
-
-    def _check_image_size(self, x: torch.Tensor) -> None:
-        """Images whose token grid the pyramid's max-pooling maps to one
-        row and column at least (``out_sizes='published'`` rounds down),
-        or one paragraph."""
-        side, p = smallest_grid(self.resamplers), self.patch_size
-        H, W = x.shape[-2:]
-        if min((H + p - 1) // p, (W + p - 1) // p) >= side:
-            return
-        pixels = p * (side - 1) + 1
-        raise InputError(  # a ValueError; the tools' one paragraph
-            f'XCiT(out_sizes={self.out_sizes!r}) max-pools its grid of '
-            f'ceil(H / {p}) x ceil(W / {p}) tokens by {side} x {side}, '
-            f'rounding down as the published backbone does, which takes '
-            f'images of at least {pixels} x {pixels} pixels; got shape '
-            f'{tuple(int(n) for n in x.shape)}. Pad the images (as '
-            f"mmdet's and mmseg's data preprocessors do with "
-            f'pad_size_divisor / size_divisor), '
-            f"or build the backbone with out_sizes='ceil' (levels of "
-            f'ceil(H / s) x ceil(W / s) for any H, W >= 1).')
-
     def forward_taps(self, x: torch.Tensor) -> List[torch.Tensor]:
         """Outputs of the blocks tapped for the levels returned
         (``out_indices`` of ``out_levels``) as (B, C, Hp, Wp) maps on the
         token grid: channels-last views of the (B, N, C) tokens."""
-        self._check_images(x)
+        check_images(self, x)
         return self._taps(x)
 
     def _taps(self, x: torch.Tensor) -> List[torch.Tensor]:
@@ -495,16 +455,6 @@ class XCiT(BaseModule):
                                  logger=MMLogger.get_current_instance(),
                                  **cfg)
         self._is_init = True
-
-
-#: the images' dtypes that autocast casts for the stem's convolutions
-CAST_BY_AUTOCAST = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _shape_of(x: object) -> str:
-    """``x`` for a message: a tensor's shape, else its type."""
-    return f'shape {tuple(x.shape)}' if isinstance(x, torch.Tensor) \
-        else f'a {type(x).__name__}'
 
 
 def _init_linear(module: nn.Module) -> None:

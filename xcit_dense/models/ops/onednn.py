@@ -42,7 +42,7 @@ BACKENDS = ('fused', 'onednn', 'torch')
 #: its oneDNN calls take less time than PyTorch's standard operators
 #: (:func:`pays`), per backend: each oneDNN call costs more before its
 #: arithmetic than ``F.linear``, which only large enough calls repay
-#: (measured: docs/performance.md, "Performance").
+#: (measured by ``python -m benchmarks.probes.onednn_size``).
 MIN_VALUES = {'fused': 12288, 'onednn': 32768}
 
 

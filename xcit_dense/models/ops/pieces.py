@@ -3,8 +3,8 @@
 Without autograd, the token-wise layers run on pieces of tokens whose largest
 temporary stays within :data:`PIECE_MIB`: glibc hands larger blocks back to
 the OS on every free, and they are page-faulted in again on the next call,
-which costs as much as the arithmetic on them (docs/performance.md,
-"Performance"). With autograd, under ``torch.compile`` or on a device
+which costs as much as the arithmetic on them (docs/performance.md, "What
+the fast paths do"). With autograd, under ``torch.compile`` or on a device
 other than the CPU (CUDA's caching allocator keeps freed blocks, and smaller
 pieces would only launch more kernels) a layer runs on all its tokens at
 once.

@@ -29,8 +29,8 @@ import torch
 #: precision, training): its C x C products cost about 3 C^3 multiply-adds
 #: per image, which only enough tokens repay, and under autocast its Gram
 #: matrix is an fp32 GEMM where the token route's are bf16. Each value is
-#: where two measurements both had it faster (docs/performance.md,
-#: "Performance").
+#: where two measurements both had it faster
+#: (``python -m benchmarks.probes.xca_route``).
 MIN_TOKENS_PER_CHANNEL: Dict[Tuple[bool, bool], float] = {
     (False, False): 1.5, (False, True): 2.0,
     (True, False): 4.0, (True, True): 2.0}

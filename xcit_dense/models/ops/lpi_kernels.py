@@ -5,6 +5,9 @@ interaction, with the block's layer scale and residual, computed on the
 five backward instead of the straightforward computation's NCHW copies and
 one kernel per operation (and no other operation between them).
 
+One concept in one file, kernels beside the autograd function that launches
+them, though longer than the package's other files.
+
 For tokens ``y`` of an H x W grid, per channel::
 
     a = GELU(conv1(y))                     (_forward: GELU; in training also

@@ -1,6 +1,8 @@
 """XCA's attention core in Triton kernels, forward and backward: what XCA's
 straightforward computation does between its ``qkv`` and ``proj`` linear
 layers, in three kernels each way instead of about a dozen.
+One concept in one file, kernels beside the autograd function that launches
+them, though longer than the package's other files.
 
 For (B, N, 3C) ``qkv`` (the ``qkv`` layer's output), each image and head,
 with q, k, v the head's (N x d) slices::

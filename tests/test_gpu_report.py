@@ -44,6 +44,14 @@ def test_each_step_runs_what_it_says(step):
     assert proc.returncode == 0, proc.stderr
     for command in STEPS[step]:
         assert command in proc.stdout, command
+    # every module and script it runs is there
+    for module in re.findall(r' -m ([\w.]+)', proc.stdout):
+        if module.startswith('benchmarks.'):
+            assert (REPO / f"{module.replace('.', '/')}.py").is_file(), \
+                module
+    for script in re.findall(r'(?:bash|python) (\S+\.(?:sh|py))',
+                             proc.stdout):
+        assert (REPO / script).is_file(), script
     # the compilations, the longest part, in their own step; so are the
     # rows replayed from CUDA graphs (the probe replays its configurations)
     assert ('@compile' in proc.stdout) == (step == 'compiled')

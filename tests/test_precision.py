@@ -5,6 +5,7 @@ config. Float32PartsHook: the named parts in fp32 under autocast for the
 whole run. On a CPU without native bf16 the bf16 a config asks for runs in
 fp32 (said once), and the benchmark refuses its bf16 rows there."""
 import logging
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +22,7 @@ from xcit_dense import (
 from xcit_dense.precision import cpu_has_native_bf16 as probe_of_the_cpu
 
 from conftest import logged, run_tool_here
-from test_export_detector import MASK_RCNN
+from test_export_detector import detector_checkpoint
 
 pytestmark = pytest.mark.usefixtures('fast_paths_at_any_size')
 
@@ -192,28 +193,83 @@ def test_bf16_amp_configs_get_the_hook(capsys):
 
 
 def test_test_tool_with_the_hook(tmp_path, tiny_coco):
-    config = tmp_path / 'bf16.py'
-    config.write_text(MASK_RCNN + f"""
-data_root = '{tiny_coco}/'
-test_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
-                       dataset=dict(data_root=data_root))
-test_evaluator = dict(ann_file=data_root + 'annotations/val.json')
-custom_hooks = [dict(type='xcit_dense.AutocastPartsHook', dtype='bfloat16')]
-""")
-    from mmengine.config import Config
-
-    from xcit_dense.inference import init_model
-    torch.manual_seed(0)
-    model = init_model(Config.fromfile(str(config)), None)
-    checkpoint = tmp_path / 'model.pth'
+    """tools/test.py with the hook in a config: the parts named run in bf16
+    and the detections are the fp32 run's within bf16's rounding. The
+    detector's classifiers are sharpened (tests/test_export_detector.py:
+    confident detections) and its mask logits lifted (an untrained mask
+    head's are near 0 everywhere, where bf16's rounding flips pixels); the
+    fp32 run's detections scoring at least 0.5 are the objects the hooked
+    run is scored against (fp32's own COCO mAP against them: 1.0): bbox and
+    segm mAP at least 0.5 (measured 0.70; the near-tied, overlapping
+    detections of a random detector move 1 to 2 px in bf16), scores and
+    boxes in fp32, and not fp32's to the bit (the parts ran in bf16)."""
+    import pickle
+    config, checkpoint, model = detector_checkpoint(tmp_path, tiny_coco)
+    with torch.no_grad():
+        model.roi_head.mask_head.conv_logits.bias.fill_(5)
     torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
-    proc = run_tool_here('tools/test.py', config, checkpoint, '--work-dir',
-                         tmp_path / 'work')
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    hooked = tmp_path / 'bf16.py'
+    hooked.write_text(f"_base_ = './{config.name}'\n"
+                      "custom_hooks = [dict(type='xcit_dense."
+                      "AutocastPartsHook', dtype='bfloat16')]\n")
+    predictions = {}
+    for name, run_config, options in [
+            ('fp32', config, []),
+            ('bf16', hooked, ['--cfg-options',
+                              f'test_evaluator.ann_file={tmp_path}/'
+                              'fp32_objects.json'])]:
+        proc = run_tool_here('tools/test.py', run_config, checkpoint,
+                             '--work-dir', tmp_path / name, '--out',
+                             tmp_path / f'{name}.pkl', *options)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        with open(tmp_path / f'{name}.pkl', 'rb') as f:
+            predictions[name] = pickle.load(f)
+        if name == 'fp32':
+            objects = confident_objects(
+                predictions['fp32'], f'{tiny_coco}/annotations/val.json',
+                tmp_path / 'fp32_objects.json')
+            assert objects >= 4  # on the 4 test images
     out = proc.stdout + proc.stderr
     assert ('backbone, neck, rpn_head, roi_head.bbox_head, '
             'roi_head.mask_head run in bfloat16') in out
-    assert 'coco/segm_mAP' in out
+    scores = dict(re.findall(r'coco/(bbox|segm)_mAP: ([\d.]+)', out))
+    assert scores.keys() == {'bbox', 'segm'}, out[-2000:]
+    assert all(float(v) >= 0.5 for v in scores.values()), scores
+    got = [p['pred_instances'] for p in predictions['bf16']]
+    ref = [p['pred_instances'] for p in predictions['fp32']]
+    assert all(p['scores'].dtype == p['bboxes'].dtype == torch.float32
+               for p in got)
+    assert not all(torch.equal(a['scores'], b['scores'])
+                   for a, b in zip(got, ref))
+
+
+def confident_objects(predictions, ann_file, path):
+    """A COCO annotation file with ``ann_file``'s images and categories and,
+    as its objects, the detections of ``predictions`` (tools/test.py --out)
+    scoring at least 0.5; returns how many."""
+    import json
+    with open(ann_file) as f:
+        coco = json.load(f)
+    categories = sorted(c['id'] for c in coco['categories'])
+    coco['annotations'] = []
+    for image in predictions:
+        pred = image['pred_instances']
+        for box, score, label, mask in zip(pred['bboxes'].tolist(),
+                                           pred['scores'].tolist(),
+                                           pred['labels'].tolist(),
+                                           pred['masks']):
+            if score < 0.5:
+                continue
+            x0, y0, x1, y1 = box
+            coco['annotations'].append(dict(
+                id=len(coco['annotations']) + 1, image_id=image['img_id'],
+                category_id=categories[label], iscrowd=0,
+                bbox=[x0, y0, x1 - x0, y1 - y0], area=(x1 - x0) * (y1 - y0),
+                segmentation=dict(size=mask['size'],
+                                  counts=mask['counts'].decode())))
+    with open(path, 'w') as f:
+        json.dump(coco, f)
+    return len(coco['annotations'])
 
 
 @pytest.fixture

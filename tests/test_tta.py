@@ -80,7 +80,10 @@ _base_ = r'{REPO}/configs/coco/demo_cascade_mask_rcnn_xcit_nano_synthetic.py'
 model = dict(
     backbone=dict({', '.join(f'{k}={v!r}' for k, v in TINY.items())}),
     neck=dict(in_channels=[32] * 4),
-    test_cfg=dict(rpn=dict(nms_pre=100, max_per_img=50)))
+    # fewer proposals and detections: the mask heads of three stages run
+    # on each detection of each of the six views
+    test_cfg=dict(rpn=dict(nms_pre=100, max_per_img=20),
+                  rcnn=dict(max_per_img=10)))
 """
 
 

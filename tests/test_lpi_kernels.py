@@ -215,7 +215,7 @@ def test_kernels_synchronise_syncbn_across_processes(tmp_path):
     over the whole batch, the parameters' gradients add up to its, and the
     running averages of both are its (the variance unbiased over the whole
     batch)."""
-    ctx = multiprocessing.get_context('spawn')
+    ctx = multiprocessing.get_context('fork')  # no imports to repeat
     procs = [ctx.Process(target=_sync_rank,
                          args=(rank, tmp_path / 'store', tmp_path))
              for rank in range(2)]

@@ -261,6 +261,16 @@ NARROW_MASK_RCNN = """neck=dict(out_channels=32),
                  bbox_head=dict(in_channels=32, fc_out_channels=64),
                  mask_roi_extractor=dict(out_channels=32),
                  mask_head=dict(in_channels=32, conv_out_channels=32))"""
+#: the same as a tool's ``--cfg-options``
+NARROW_MASK_RCNN_OPTIONS = [
+    'model.neck.out_channels=32', 'model.rpn_head.in_channels=32',
+    'model.rpn_head.feat_channels=32',
+    'model.roi_head.bbox_roi_extractor.out_channels=32',
+    'model.roi_head.bbox_head.in_channels=32',
+    'model.roi_head.bbox_head.fc_out_channels=64',
+    'model.roi_head.mask_roi_extractor.out_channels=32',
+    'model.roi_head.mask_head.in_channels=32',
+    'model.roi_head.mask_head.conv_out_channels=32']
 
 
 #: the test files that take longest, longest first (their tests' time on 2

@@ -262,19 +262,21 @@ def test_optimizer_step_tool_compares_both_groupings():
 def test_collections_tool_times_a_trainings_iterations(freeze, tiny_coco,
                                                        tmp_path):
     """``benchmarks/probes/gc_collections.py`` (docs/performance.md quotes
-    it) on the demo recipe: the collections of the iterations after the
+    it) on the demo recipe (its heads narrowed: what is counted does not
+    depend on their width): the collections of the iterations after the
     skipped ones, by generation, with the run's imports frozen or, with
-    ``--no-freeze``, not; an epoch-based config is one paragraph."""
+    ``--no-freeze``, not."""
     import re
 
-    from conftest import REPO, run_tool_here
+    from conftest import NARROW_MASK_RCNN_OPTIONS, REPO, run_tool_here
     root = f'{tiny_coco}/'
     args = ['--iters', '3', '--skip', '1', '--work-dir', tmp_path,
             '--cfg-options',
             f'train_dataloader.dataset.data_root={root}',
             'train_dataloader.num_workers=0',
             'train_dataloader.persistent_workers=False',
-            'model.backbone.depth=4', 'model.backbone.out_indices=[0,1,2,3]']
+            'model.backbone.depth=4', 'model.backbone.out_indices=[0,1,2,3]',
+            *NARROW_MASK_RCNN_OPTIONS]
     proc = run_tool_here(
         'benchmarks/probes/gc_collections.py',
         REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py',
@@ -287,6 +289,10 @@ def test_collections_tool_times_a_trainings_iterations(freeze, tiny_coco,
         r'frozen objects: (\d+)', line)
     assert found, line
     assert (int(found[1]) > 0) == freeze
+
+
+def test_collections_tool_refuses_an_epoch_based_config():
+    from conftest import REPO, run_tool_here
     proc = run_tool_here(
         'benchmarks/probes/gc_collections.py',
         REPO / 'configs/coco/mask_rcnn_xcit_s12_p16_3x_coco.py')

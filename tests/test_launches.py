@@ -21,7 +21,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from xcit_dense import fast_path
 from xcit_dense.models import policy
-from xcit_dense.models.ops import casts, lpi_kernels, xca_kernels
+from xcit_dense.models.ops import (
+    casts,
+    lpi_kernels,
+    triton_support,
+    xca_kernels,
+)
 
 from conftest import run_tool_here
 from test_fast_path import assert_outputs_close, randomized, reference
@@ -51,7 +56,9 @@ def cudas_path(monkeypatch):
     CPU with AMX its fp16 convolutions added a new tensor and a copy for 9
     of a training step's 16 convolutions (359 and 701 below where a CPU
     without AMX counts 357 and 683; as autograd launches when a gradient's
-    layout is not its parameter's)."""
+    layout is not its parameter's). The kernels' verdicts are the test's
+    own (a count may probe them without running them)."""
+    monkeypatch.setattr(triton_support, '_VERDICTS', {})
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
     monkeypatch.setattr(policy, 'operators_observed', lambda: False)
     for part, devices in policy.POLICY.items():
@@ -118,14 +125,17 @@ def launches(model, x, setting, dtype):
     """The most a block launches in a call of ``model`` on ``x``, and what
     the call launches outside the blocks, under the fast-path ``setting``
     and autocast to ``dtype`` (None: fp32), on PyTorch's operators as on
-    CUDA (not the CPU's fused oneDNN kernels)."""
+    CUDA (not the CPU's fused oneDNN kernels). The Triton kernels are
+    counted, not interpreted (slow; what the path computes is tested
+    below), nor are the probes' (a call before the counted one probes
+    them)."""
     def autocast():
         return torch.autocast('cpu', dtype=dtype or torch.float32,
                               enabled=dtype is not None)
     with torch.no_grad(), fast_path(setting, fused_kernels=False):
-        with autocast():
+        with Launches(model, interpret=False), autocast():
             model(x)  # the kernels' probes, once
-        with Launches(model) as counter, autocast():
+        with Launches(model, interpret=False) as counter, autocast():
             model(x)
     outside = counter.counts.pop('stem and pyramid')
     assert len(counter.counts) == len(model.blocks), counter.counts
@@ -224,8 +234,9 @@ def training_launches(model, x, setting, dtype):
     """What a training step of ``model`` on ``x`` launches, forward and
     backward (gradients set to None before it, as the optimizer wrappers
     do), under the fast-path ``setting`` and autocast to ``dtype``; the
-    Triton kernels of the step counted are not interpreted (slow, and what
-    they compute is tested elsewhere)."""
+    Triton kernels are not interpreted (slow, and what they compute is
+    tested elsewhere), nor are the probes' (a step before the counted one
+    probes them)."""
     def step():
         model.zero_grad(set_to_none=True)
         with torch.autocast('cpu', dtype=dtype or torch.float32,
@@ -233,7 +244,8 @@ def training_launches(model, x, setting, dtype):
             outs = model(x)
         sum(o.float().sum() for o in outs).backward()
     with fast_path(setting, fused_kernels=False):
-        step()  # the kernels' probes, once
+        with Launches(model, interpret=False):
+            step()  # the kernels' probes, once
         with Launches(model, interpret=False) as counter:
             step()
     return sum(counter.counts.values())

@@ -273,19 +273,20 @@ NARROW_MASK_RCNN_OPTIONS = [
     'model.roi_head.mask_head.conv_out_channels=32']
 
 
-#: the test files that take longest, longest first (their tests' time on 2
-#: cores, docs/development.md). They run first: `make test` hands files to
-#: its workers in this order (``--no-loadscope-reorder``), the shorter files
-#: after them in the order collected, so that the workers finish together.
-LONGEST_FILES = (  # per-file work measured on 2026-11-25 (2-core EPYC)
-    'test_interruptions.py', 'test_benchmark_tool.py',
-    'test_export_detector.py', 'test_export_onnx.py', 'test_ade20k.py',
-    'test_launches.py',  # 43 s alone on 2026-11-26
-    'test_lpi_kernels.py', 'test_export_rpn_ranking.py', 'test_fast_path.py',
-    'test_heads_learn.py', 'test_coco_configs.py', 'test_tta.py',
-    'test_coco_tools.py', 'test_fast_path_policy.py',
-    'test_published_models.py', 'test_model_index.py',
-    'test_compile_kernels.py', 'test_gpu_report.py', 'test_xca_kernels.py')
+#: the test files that take longest, longest first (the time of each
+#: file's tests on a 2-core AMD EPYC, the suite on two workers;
+#: test_compile_kernels.py's with Triton's cache empty). They run first:
+#: `make test` hands files to its workers in this order
+#: (``--no-loadscope-reorder``), the shorter files after them in the order
+#: collected, so that the workers finish together.
+LONGEST_FILES = (
+    'test_interruptions.py', 'test_export_detector.py', 'test_export_onnx.py',
+    'test_benchmark_tool.py', 'test_lpi_kernels.py', 'test_fast_path.py',
+    'test_heads_learn.py', 'test_backbone.py', 'test_fast_path_policy.py',
+    'test_ade20k.py', 'test_compile_kernels.py', 'test_export_rpn_ranking.py',
+    'test_launches.py', 'test_second_derivatives.py', 'test_xca_kernels.py',
+    'test_gpu_report.py', 'test_coco_configs.py', 'test_integration.py',
+    'test_cuda_graphs_training.py', 'test_coco_tools.py')
 
 
 def pytest_configure(config):

@@ -16,30 +16,19 @@ and the backend the package takes::
     python -m benchmarks.probes.onednn_size [--arch nano_12_p16]
         [--grids 4 8 12 16 20 24 32 48] [--batch 2] [--threads 2]
 """
-import argparse
 
 import torch
 
 from benchmarks.harness.measure import timed
+from benchmarks.probes import parse_branch_args
 from xcit_dense import XCiT, fast_path
 from xcit_dense.models.ops import onednn
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--arch', default='nano_12_p16')
-    parser.add_argument('--grids', type=int, nargs='+',
-                        default=[4, 8, 12, 16, 20, 24, 32, 48])
-    parser.add_argument('--batch', type=int, default=2)
-    parser.add_argument('--threads', type=int, default=2)
-    parser.add_argument('--repeat', type=int, default=7)
-    parser.add_argument('--rounds', type=int, default=2)
-    args = parser.parse_args(argv)
-    # tools/benchmark.py's timing: the median of --repeat calls after two
-    timing = argparse.Namespace(device='cpu', warmup=2, repeat=args.repeat,
-                                batch=args.batch)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args, timing = parse_branch_args(
+        __doc__.split('\n\n')[0], 'nano_12_p16', 'grids',
+        [4, 8, 12, 16, 20, 24, 32, 48], argv)
     block = XCiT(args.arch).blocks[0]
     channels = block.mlp.fc1.in_features
     print(f'XCiT {args.arch} MLP + LPI branches, C = {channels}, batch '

@@ -15,31 +15,19 @@ second moments are faster) and the route the package takes::
     python -m benchmarks.probes.xca_route [--arch small_12_p16]
         [--tokens 64 256 384 576 768 1024 1536 2048 4200] [--threads 2]
 """
-import argparse
 
 import torch
 
 from benchmarks.harness.measure import timed
+from benchmarks.probes import parse_branch_args
 from xcit_dense import XCiT
 from xcit_dense.models.ops import second_moments
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('--arch', default='small_12_p16')
-    parser.add_argument('--tokens', type=int, nargs='+',
-                        default=[64, 256, 384, 576, 768, 1024, 1536, 2048,
-                                 4200])
-    parser.add_argument('--batch', type=int, default=2)
-    parser.add_argument('--threads', type=int, default=2)
-    parser.add_argument('--repeat', type=int, default=7)
-    parser.add_argument('--rounds', type=int, default=2)
-    args = parser.parse_args(argv)
-    # tools/benchmark.py's timing: the median of --repeat calls after two
-    timing = argparse.Namespace(device='cpu', warmup=2, repeat=args.repeat,
-                                batch=args.batch)
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args, timing = parse_branch_args(
+        __doc__.split('\n\n')[0], 'small_12_p16', 'tokens',
+        [64, 256, 384, 576, 768, 1024, 1536, 2048, 4200], argv)
     block = XCiT(args.arch).blocks[0]
     attn, channels = block.attn, block.attn.qkv.in_features
     print(f'XCiT {args.arch} attention branch, C = {channels}, batch '

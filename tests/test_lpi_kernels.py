@@ -215,7 +215,11 @@ def test_kernels_synchronise_syncbn_across_processes(tmp_path):
     over the whole batch, the parameters' gradients add up to its, and the
     running averages of both are its (the variance unbiased over the whole
     batch)."""
-    ctx = multiprocessing.get_context('fork')  # no imports to repeat
+    # a fresh interpreter: a process forked after autograd has started
+    # threads (another test in this worker may have) cannot run backward;
+    # the processes fork from one server that has imported this module
+    ctx = multiprocessing.get_context('forkserver')
+    ctx.set_forkserver_preload([__name__])
     procs = [ctx.Process(target=_sync_rank,
                          args=(rank, tmp_path / 'store', tmp_path))
              for rank in range(2)]

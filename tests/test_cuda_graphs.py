@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from xcit_dense import XCiT, fast_path
 from xcit_dense.models import policy
-from xcit_dense.models.execution import cuda_graphs
+from xcit_dense.models.execution import cuda_graphs, graphed
 from xcit_dense.models.execution.cuda_graphs import inference, keys, recurrence
 
 from conftest import (
@@ -404,7 +404,7 @@ def test_auto_graphs_what_the_policy_lists_for_inputs_that_recur(
     eager.cuda_graphs = False
     for _ in range(4):
         infer(net)
-    assert net.graphed("cpu") == frozenset() and not replays
+    assert graphed(net, 'cpu') == frozenset() and not replays
     assert not looks and net.graphs.captures == 0
     monkeypatch.setitem(policy.GRAPHS, 'cpu', frozenset({'infer'}))
     small = X[..., :32, :48]

@@ -14,6 +14,7 @@ import torch
 from xcit_dense import XCiT, fast_path
 from xcit_dense.models import policy
 from xcit_dense.models.block import XCABlock
+from xcit_dense.models.execution import compile_options, graphed
 from xcit_dense.models.lpi import LPI
 from xcit_dense.models.mlp import Mlp
 from xcit_dense.models.ops import lpi_kernels, xca_kernels
@@ -393,12 +394,12 @@ def test_compile_auto_is_eager_where_compiling_was_not_measured_faster():
     an explicit ``compile_cfg`` compiles on every device."""
     model = randomized(compile_cfg='auto').eval()
     for device in ('cpu', 'cuda', 'mps'):
-        assert model.compile_options(device) is None, device
+        assert compile_options(model, device) is None, device
     with torch.no_grad():
         assert_outputs_close(model(X), reference(model, X))
     assert '_compiled_forward' not in model.__dict__  # eager
     explicit = randomized(compile_cfg=dict(mode='max-autotune'))
-    assert explicit.compile_options('cpu') == dict(mode='max-autotune')
+    assert compile_options(explicit, 'cpu') == dict(mode='max-autotune')
 
 
 def test_recipes_compile_and_graph_where_the_policy_says():
@@ -412,8 +413,8 @@ def test_recipes_compile_and_graph_where_the_policy_says():
         assert cfg.model.backbone.compile_cfg == 'auto', path
         assert cfg.model.backbone.cuda_graphs == 'auto', path
     model = randomized(cuda_graphs='auto')
-    assert model.graphed('cpu') == frozenset()
-    assert model.graphed('cuda') == {'infer', 'train'}
+    assert graphed(model, 'cpu') == frozenset()
+    assert graphed(model, 'cuda') == {'infer', 'train'}
 
 
 def test_dynamic_compile_traces_once_for_several_sizes():

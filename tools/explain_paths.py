@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
+from xcit_dense import XCiT  # noqa: E402
 from xcit_dense.cli import (  # noqa: E402
     add_cfg_options,
     add_shape_option,
@@ -28,6 +29,7 @@ from xcit_dense.cli import (  # noqa: E402
     run_cli,
     torch_device,
 )
+from xcit_dense.models.execution import compile_options  # noqa: E402
 from xcit_dense.preflight import check_backbone, check_channels  # noqa: E402
 from xcit_dense.toolkits import check_toolkit  # noqa: E402
 
@@ -98,8 +100,8 @@ def main():
     print(f'{backbone} on {device}, one {shape[0]}x{shape[1]} image, '
           f'{"training" if args.train else "inference"}, {precision}:\n')
     print_table(rows)
-    compiled = getattr(model.backbone, 'compile_options', None)
-    if compiled is not None and compiled(device.type) is not None:
+    if isinstance(model.backbone, XCiT) and compile_options(
+            model.backbone, device.type) is not None:
         print('\nThe config compiles the backbone on this device: under '
               'torch.compile the parts decide by the policy\'s compiled '
               'column; the rows above are the eager call\'s.')

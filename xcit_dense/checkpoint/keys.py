@@ -13,6 +13,19 @@ SHOWN_KEYS = 12
 PUBLISHED_NAMES = (('pos_embeder.', 'pos_embed.'), )
 
 
+def read_published_names(module, state_dict: Dict, prefix: str,
+                         *args) -> None:
+    """A ``load_state_dict`` pre-hook (``module`` and the hook's other
+    arguments unused): renames in place the keys under ``prefix`` that carry
+    the published code's names (:data:`PUBLISHED_NAMES`) to ours, where ours
+    are not there too."""
+    for old, new in PUBLISHED_NAMES:
+        for key in [k for k in state_dict if k.startswith(prefix + old)]:
+            ours = prefix + new + key[len(prefix + old):]
+            if ours not in state_dict:
+                state_dict[ours] = state_dict.pop(key)
+
+
 def without_module_prefix(state_dict: Mapping) -> Dict:
     """``state_dict`` with the ``module.`` prefix of DDP-wrapped models
     removed from its keys."""

@@ -16,7 +16,7 @@ It imports neither mmdet nor mmsegmentation; both build it through the
 import re
 import warnings
 from functools import partial
-from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+from typing import List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -26,10 +26,10 @@ from timm.layers import trunc_normal_
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..checkpoint import load_backbone_checkpoint
-from ..checkpoint.keys import PUBLISHED_NAMES
+from ..checkpoint.keys import read_published_names
 from ..registry import MODELS
 from .block import XCABlock
-from .execution import compile_options, graphed, init_execution, run_forward
+from .execution import init_execution, run_forward
 from .inputs import check_image_size, check_images
 from .ops.grad_layout import keep_grad_layouts, look_at_parameters_again
 from .policy import check_setting as check_fast_path_setting
@@ -39,12 +39,10 @@ from .presets import (
     OUT_STRIDES,
     check_layer_args,
     check_norm_cfg,
-    check_out_indices,
-    check_out_levels,
-    check_out_sizes,
+    check_outputs,
     check_training_args,
-    init_cfgs,
     resolve_arch,
+    split_pretrained,
 )
 from .pyramid import crop, make_resampler
 from .stem import ConvPatchEmbed
@@ -73,7 +71,8 @@ def pretrained_as_init_cfg(pretrained: Optional[str], init_cfg):
 
 @MODELS.register_module()
 class XCiT(BaseModule):
-    """XCiT backbone with a 4-level feature pyramid.
+    """XCiT backbone with a 4-level feature pyramid (the arguments in full,
+    with their examples: docs/backbone.md).
 
     Args:
         arch (str | None): Preset, named as timm's XCiT models without prefix
@@ -90,31 +89,20 @@ class XCiT(BaseModule):
             Defaults to True.
         in_channels (int): Input image channels. Defaults to 3.
         out_indices (Sequence[int], optional): Four strictly increasing block
-            indices tapped for the pyramid levels of strides 4, 8, 16, 32.
+            indices tapped for the levels of strides 4, 8, 16, 32.
             Defaults to ``(3, 5, 7, 11)`` for depth 12 and
-            ``(7, 11, 15, 23)`` for depth 24. Blocks after the last tapped one
-            are not built.
-        out_levels (Sequence[int]): The pyramid levels returned, indices
-            into the strides 4, 8, 16, 32: ``(1, 2, 3)`` gives the three
-            maps of strides 8, 16, 32 that a neck without a level selector
-            of its own takes (mmdet's ``ChannelMapper`` of DINO and
-            Deformable DETR, RTMDet's ``CSPNeXtPAFPN``). The resamplers of
-            the other levels are not built (nothing computed for them, no
-            parameter without gradients), nor the blocks after the last
-            one tapped. Defaults to ``(0, 1, 2, 3)``.
-        out_sizes (str): The levels' sizes for an ``H x W`` image.
-            ``'published'``: those of the published backbone
-            (facebookresearch/xcit), which its checkpoints were trained
-            and evaluated with: the token grid of ``ceil(H / p)`` rows
-            (patch ``p``) up-sampled, as it is, or max-pooled rounding down
-            (``floor(ceil(H / p) * p / s)`` rows at a stride ``s > p``),
-            nothing cropped; images need a grid as large as the pooling
-            window (patch 16: at least 17 pixels a side; patch 8: 25, or 9
-            without the stride-32 level). ``'ceil'`` (ours): exactly
-            ``ceil(H / s) x ceil(W / s)`` at stride ``s`` for any ``H, W
-            >= 1`` (ceil-mode pooling, the up-sampled levels cropped). The
-            same for sides that are multiples of 32. Defaults to
-            ``'published'``.
+            ``(7, 11, 15, 23)`` for depth 24. Blocks after the last tapped
+            one are not built.
+        out_levels (Sequence[int]): The levels returned, indices into the
+            strides 4, 8, 16, 32 (``(1, 2, 3)`` for a neck that takes three
+            maps); the other levels' resamplers are not built.
+            Defaults to ``(0, 1, 2, 3)``.
+        out_sizes (str): The levels' sizes for an ``H x W`` image:
+            ``'published'``, those of the published backbone
+            (facebookresearch/xcit: the token grid up-sampled or max-pooled
+            rounding down, nothing cropped), or ``'ceil'`` (ours): exactly
+            ``ceil(H / s) x ceil(W / s)`` at stride ``s``. The same for
+            sides that are multiples of 32. Defaults to ``'published'``.
         drop_rate (float): Dropout after the positional encoding and in the
             projections. Defaults to 0.
         attn_drop_rate (float): Dropout on the XCA attention map.
@@ -125,61 +113,41 @@ class XCiT(BaseModule):
             Defaults to True.
         norm_cfg (dict): Normalisation of the stem, the local patch
             interaction and the pyramid. Defaults to ``dict(type='BN')``;
-            use ``dict(type='SyncBN')`` or mmengine's ``sync_bn`` for
-            multi-GPU training.
-        frozen_stages (int): ``-1`` freezes nothing; ``0`` freezes the stem
-            (patch embedding and positional encoding); ``k > 0`` freezes the
-            stem and the first ``k`` blocks. Frozen parts get no gradient and
-            keep their BatchNorm statistics. Defaults to -1.
+            ``dict(type='SyncBN')`` for multi-GPU training.
+        frozen_stages (int): ``-1`` freezes nothing; ``0`` the stem (patch
+            embedding and positional encoding); ``k > 0`` the stem and the
+            first ``k`` blocks (no gradient, BatchNorm statistics kept).
+            Defaults to -1.
         norm_eval (bool): Keep every BatchNorm in eval mode during training.
             Defaults to False.
         with_cp (bool): Gradient checkpointing of the blocks: less memory,
             same gradients, more compute. Defaults to False.
-        compile_cfg (bool | str | dict, optional): Compile the backbone's
-            forward with ``torch.compile`` on its first call: ``True`` for
-            the defaults, a dict of ``torch.compile`` arguments (``mode``,
-            ``dynamic``, ``backend``, ...), or ``'auto'``: compiled where
-            compiling was measured faster and passed the tests
-            (``xcit_dense.models.policy.COMPILE``: no device today), eager
-            elsewhere. The recipes use ``'auto'``. If compiling or running
-            the compiled forward fails, the backbone logs one warning and
-            runs eagerly from then on. Defaults to None (eager).
+        compile_cfg (bool | str | dict, optional): ``torch.compile`` the
+            forward on its first call: ``True``, a dict of its arguments, or
+            ``'auto'`` (the recipes'): where the policy lists it as faster
+            (:data:`xcit_dense.models.policy.COMPILE`). A failure logs one
+            warning and runs eagerly from then on. Defaults to None (eager).
         autocast_dtype (str, optional): ``'bfloat16'`` or ``'float16'``:
-            run the backbone under ``torch.autocast`` of the input's device
-            and return float32 maps, so the neck and heads stay in fp32 (on
-            CPU, mmcv's NMS takes fp32 only); bf16 on a CPU without native
-            bf16 runs in fp32, saying so once
-            (:func:`xcit_dense.precision.autocast_fits`). Defaults to None
-            (the dtype of the caller: fp32, or the autocast already
-            active).
-        fast_path (bool | str): ``True``: each module takes its fast path
-            where the measured policy says it pays on the input's device
-            (:data:`xcit_dense.models.policy.POLICY`; on the CPU always);
+            the backbone under ``torch.autocast``, returning float32 maps
+            (bf16 on a CPU without native bf16 runs in fp32, saying so
+            once). Defaults to None (the caller's dtype).
+        fast_path (bool | str): ``True``: each part takes its fast path
+            where the policy says it pays (:data:`~.policy.POLICY`);
             ``'always'``: wherever it can run; ``False``: the
-            straightforward computation everywhere, with the same parameters
-            and, in fp32, the same outputs to 1e-4. Defaults to True.
+            straightforward computation everywhere (the same outputs to
+            1e-4 in fp32). Defaults to True.
         cuda_graphs (bool | str): Replay the backbone on CUDA from CUDA
-            graphs (:mod:`.execution.cuda_graphs`): one launch instead of
-            hundreds. ``True``: inference (eval mode, no gradient, eager),
-            one graph per input shape, dtype and autocast state, captured
-            anew when the model changes; ``'train'``: training steps too,
-            forward and backward, for inputs seen 3 times (not with
-            ``with_cp`` or SyncBN between processes); ``'auto'`` (the
-            recipes'): what the policy lists for the device
-            (:data:`xcit_dense.models.policy.GRAPHS`: both on CUDA), for
-            inputs that recur. Defaults to False.
+            graphs (:mod:`.execution.cuda_graphs`): ``True`` inference,
+            ``'train'`` training steps too, ``'auto'`` (the recipes') what
+            :data:`~.policy.GRAPHS` lists for the device. Defaults to False.
         init_cfg (dict | list[dict], optional): mmengine initialisation
             config. ``dict(type='Pretrained', checkpoint=PATH)`` imports an
-            official, timm, DINO or xcit-dense checkpoint strictly (see
-            :mod:`xcit_dense.checkpoint`); ``prefix`` takes only the
-            weights under it (mmengine's: ``'backbone.'``,
-            ``'teacher.backbone.'``), ``checkpoint_key`` picks
-            ``'teacher'`` (default) or ``'student'`` from DINO files.
+            official, timm, DINO or xcit-dense checkpoint strictly
+            (:mod:`xcit_dense.checkpoint`; ``prefix`` and
+            ``checkpoint_key`` as mmengine's and DINO's).
         pretrained (str, optional): Deprecated, as in mmdet's and mmseg's
-            backbones (mmseg's ``EncoderDecoder`` hands its model-level
-            ``pretrained`` to the backbone): the checkpoint of
-            ``init_cfg=dict(type='Pretrained', checkpoint=pretrained)``,
-            which to give instead. Defaults to None.
+            backbones: ``init_cfg=dict(type='Pretrained',
+            checkpoint=pretrained)``. Defaults to None.
     """
 
     out_strides: Tuple[int, ...] = OUT_STRIDES
@@ -215,12 +183,9 @@ class XCiT(BaseModule):
         settings = resolve_arch(
             arch, patch_size=patch_size, embed_dim=embed_dim, depth=depth,
             num_heads=num_heads, eta=eta)
-        out_indices = check_out_indices(out_indices, settings['depth'])
-        out_levels = check_out_levels(out_levels)
-        check_out_sizes(out_sizes)
-        # the blocks tapped for the levels returned; the last one is the
-        # last block built
-        taps = [out_indices[level] for level in out_levels]
+        out_indices, out_levels = check_outputs(
+            out_indices, out_levels, out_sizes, settings['depth'])
+        taps = [out_indices[level] for level in out_levels]  # the blocks'
         check_layer_args(in_channels, mlp_ratio, qkv_bias, use_pos_embed,
                          drop_rate, attn_drop_rate, norm_eval, with_cp)
         check_norm_cfg(norm_cfg)
@@ -245,22 +210,34 @@ class XCiT(BaseModule):
         self.pos_embed = (CachedFourierEncoding(dim=dim) if use_pos_embed
                           else None)
         self.pos_drop = nn.Dropout(p=drop_rate)
-        # blocks after the last tapped one would not contribute: not built
-        self.blocks = nn.ModuleList(
-            XCABlock(dim, settings['num_heads'], mlp_ratio=mlp_ratio,
-                     qkv_bias=qkv_bias, proj_drop=drop_rate,
-                     attn_drop=attn_drop_rate, drop_path=drop_path_rate,
-                     norm_layer=partial(nn.LayerNorm, eps=1e-6),
-                     eta=settings['eta'], norm_cfg=self.norm_cfg)
-            for _ in range(taps[-1] + 1))
-        self.apply(_init_linear)
-        for level in out_levels:  # fpn1 (stride 4) ... fpn4 (stride 32)
-            self.add_module(f'fpn{level + 1}', make_resampler(
-                dim, self.patch_size / OUT_STRIDES[level], self.norm_cfg,
-                out_sizes))
+        self._add_blocks(taps[-1] + 1, num_heads=settings['num_heads'],
+                         mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
+                         proj_drop=drop_rate, attn_drop=attn_drop_rate,
+                         drop_path=drop_path_rate, eta=settings['eta'])
+        # every loader (load_state_dict, mmengine's, mmdet's and mmseg's)
+        # takes a published detector or segmentor as it is
+        self.register_load_state_dict_pre_hook(read_published_names)
+        self._add_resamplers()
         self.set_grad_checkpointing(with_cp)
         self.set_fast_path(fast_path)
         self._freeze_stages()
+
+    def _add_blocks(self, count: int, **block_args) -> None:
+        """The XCA blocks up to the last one tapped (those after it would
+        not contribute), their linear layers initialised as timm's."""
+        self.blocks = nn.ModuleList(
+            XCABlock(self.embed_dim, norm_cfg=self.norm_cfg,
+                     norm_layer=partial(nn.LayerNorm, eps=1e-6),
+                     **block_args) for _ in range(count))
+        self.blocks.apply(_init_linear)
+
+    def _add_resamplers(self) -> None:
+        """``fpn1`` (stride 4) ... ``fpn4`` (stride 32), those of the levels
+        returned."""
+        for level in self.out_levels:
+            self.add_module(f'fpn{level + 1}', make_resampler(
+                self.embed_dim, self.patch_size / OUT_STRIDES[level],
+                self.norm_cfg, self.out_sizes))
 
     # ------------------------------------------------------------ switches
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -304,19 +281,6 @@ class XCiT(BaseModule):
         if torch.is_grad_enabled():  # DDP's buckets: see ops/grad_layout.py
             keep_grad_layouts(self)
         return run_forward(self, x)  # autocast, compiled, graphed or eager
-
-    def compile_options(self, device_type: str) -> Optional[dict]:
-        """The ``torch.compile`` arguments of a forward on
-        ``device_type``, or ``None`` (eager): ``compile_cfg``, with
-        ``'auto'`` resolved by the policy; ``None`` once compiling has
-        failed (its error is kept in ``compile_failure``)."""
-        return compile_options(self, device_type)
-
-    def graphed(self, device_type: str) -> FrozenSet[str]:
-        """What ``cuda_graphs`` replays from CUDA graphs on
-        ``device_type``: ``'infer'``, ``'train'``, both or neither, with
-        ``'auto'`` resolved by the policy (:data:`~.policy.GRAPHS`)."""
-        return graphed(self, device_type)
 
     def _forward_pyramid(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         H, W = x.shape[-2:]
@@ -381,21 +345,15 @@ class XCiT(BaseModule):
         return self
 
     def no_weight_decay(self) -> Set[str]:
-        """Names of the parameters trained without weight decay: the XCA
-        temperatures, the positional encoder, the layer-scale gammas and all
-        normalisation layers."""
-        names = set()
-        for module_name, module in self.named_modules():
-            if isinstance(module, (nn.LayerNorm, nn.GroupNorm, _BatchNorm)):
-                names.update(f'{module_name}.{p}'
-                             for p, _ in module.named_parameters(
-                                 recurse=False))
-        for name, _ in self.named_parameters():
-            leaf = name.rsplit('.', 1)[-1]
-            if name.startswith('pos_embed.') or leaf == 'temperature' or (
-                    leaf.startswith('gamma') and leaf[5:].isdigit()):
-                names.add(name)
-        return names
+        """Names of the parameters trained without weight decay (timm's
+        interface; our ``paramwise_cfg.apply_no_weight_decay`` option): the
+        XCA temperatures, the positional encoder, the layer-scale gammas and
+        all normalisation layers."""
+        norms = (nn.LayerNorm, nn.GroupNorm, _BatchNorm)
+        return {name for name, module, leaf in _named_leaves(self)
+                if isinstance(module, norms) or leaf == 'temperature'
+                or name.startswith('pos_embed.')
+                or re.fullmatch(r'gamma\d+', leaf)}
 
     def layer_id(self, name: str) -> int:
         """Depth of the parameter ``name`` (relative to the backbone) for
@@ -418,42 +376,21 @@ class XCiT(BaseModule):
         return len(self.blocks)
 
     # ------------------------------------------------------------ weights
-    def _load_from_state_dict(self, state_dict, prefix, *args,
-                              **kwargs) -> None:
-        """Load as ``nn.Module`` does, the published code's names read as
-        ours (:data:`PUBLISHED_NAMES`; not where ours are there too): every
-        loader (``load_state_dict``, mmengine's ``load_checkpoint``, mmdet's
-        ``init_detector`` and ``DetInferencer``, mmseg's ``init_model`` and
-        ``MMSegInferencer``) takes a published detector or segmentor as it
-        is."""
-        for old, new in PUBLISHED_NAMES:
-            for key in [k for k in state_dict if k.startswith(prefix + old)]:
-                ours = prefix + new + key[len(prefix + old):]
-                if ours not in state_dict:
-                    state_dict[ours] = state_dict.pop(key)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
     def init_weights(self) -> None:
         """Initialise as mmengine's modules do (``init_cfg``: one dict or a
         list of them); a ``'Pretrained'`` entry, applied after the others
         as mmengine orders them, imports its checkpoint strictly (never a
         silent partial load; :mod:`xcit_dense.checkpoint`)."""
-        given = init_cfgs(self.init_cfg)
-        pretrained = [c for c in given if c['type'] == 'Pretrained']
-        if not pretrained:
-            super().init_weights()
-            return
-        init_cfg = self.init_cfg
-        self.init_cfg = [c for c in given if c['type'] != 'Pretrained']
+        others, pretrained = split_pretrained(self.init_cfg)
+        if pretrained is None:
+            return super().init_weights()
+        init_cfg, self.init_cfg = self.init_cfg, others
         try:
             super().init_weights()
         finally:
             self.init_cfg = init_cfg
-        cfg = dict(pretrained[0])
-        del cfg['type']
-        load_backbone_checkpoint(self, cfg.pop('checkpoint'),
-                                 logger=MMLogger.get_current_instance(),
-                                 **cfg)
+        load_backbone_checkpoint(self, logger=MMLogger.get_current_instance(),
+                                 **pretrained)
         self._is_init = True
 
 
@@ -463,3 +400,11 @@ def _init_linear(module: nn.Module) -> None:
         trunc_normal_(module.weight, std=.02)
         if module.bias is not None:
             nn.init.constant_(module.bias, 0)
+
+
+def _named_leaves(model: nn.Module):
+    """``(full name, owning module, own name)`` of every parameter."""
+    for module_name, module in model.named_modules():
+        for leaf, _ in module.named_parameters(recurse=False):
+            yield (f'{module_name}.{leaf}' if module_name else leaf,
+                   module, leaf)

@@ -79,6 +79,16 @@ def resolve_arch(arch: Optional[str], **overrides) -> dict:
     return settings
 
 
+def check_outputs(out_indices: Optional[Sequence[int]],
+                  out_levels: Sequence[int], out_sizes: str,
+                  depth: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """The tapped block indices (defaulted for ``depth``) and the levels
+    returned, validated with the levels' sizes."""
+    check_out_sizes(out_sizes)
+    return check_out_indices(out_indices, depth), check_out_levels(
+        out_levels)
+
+
 def check_out_indices(out_indices: Optional[Sequence[int]],
                       depth: int) -> Tuple[int, ...]:
     """Validate (or default) the four tapped block indices."""
@@ -252,6 +262,19 @@ def init_cfgs(init_cfg: Union[dict, Sequence[dict], None]) -> List[dict]:
         return []
     return list(init_cfg) if isinstance(init_cfg, (list, tuple)) \
         else [init_cfg]
+
+
+def split_pretrained(init_cfg) -> Tuple[List[dict], Optional[dict]]:
+    """``init_cfg``'s entries other than ``'Pretrained'``, and the arguments
+    of :func:`~xcit_dense.checkpoint.load_backbone_checkpoint` that its
+    ``'Pretrained'`` entry gives (None without one)."""
+    given = init_cfgs(init_cfg)
+    others = [c for c in given if c['type'] != 'Pretrained']
+    for cfg in given:
+        if cfg['type'] == 'Pretrained':
+            args = {k: v for k, v in cfg.items() if k != 'type'}
+            return others, dict(path=args.pop('checkpoint'), **args)
+    return others, None
 
 
 def check_init_cfg(init_cfg: Union[dict, Sequence[dict], None]) -> None:

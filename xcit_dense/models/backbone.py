@@ -14,7 +14,6 @@ It imports neither mmdet nor mmsegmentation; both build it through the
 ``xcit_dense`` registry scope (``dict(type='xcit_dense.XCiT', ...)``).
 """
 import re
-import warnings
 from functools import partial
 from typing import List, Optional, Sequence, Set, Tuple, Union
 
@@ -41,32 +40,12 @@ from .presets import (
     check_norm_cfg,
     check_outputs,
     check_training_args,
+    pretrained_as_init_cfg,
     resolve_arch,
     split_pretrained,
 )
 from .pyramid import crop, make_resampler
 from .stem import ConvPatchEmbed
-
-
-def pretrained_as_init_cfg(pretrained: Optional[str], init_cfg):
-    """``init_cfg`` of the deprecated ``pretrained`` argument, as mmdet's and
-    mmseg's backbones take it (a warning; not both)."""
-    if pretrained is None:
-        return init_cfg
-    if not isinstance(pretrained, str):
-        raise TypeError(f'pretrained must be a checkpoint path or URL (str) '
-                        f'or None, got {pretrained!r}')
-    if init_cfg is not None:
-        raise ValueError(
-            f'init_cfg and pretrained={pretrained!r} cannot be set at the '
-            'same time; pretrained is deprecated: give '
-            'init_cfg=dict(type=\'Pretrained\', checkpoint=...) alone (an '
-            'mmseg model passes its model-level pretrained to the backbone: '
-            'set model.pretrained=None)')
-    warnings.warn('XCiT: pretrained is deprecated, give init_cfg=dict('
-                  'type=\'Pretrained\', checkpoint=...) instead',
-                  DeprecationWarning)
-    return dict(type='Pretrained', checkpoint=pretrained)
 
 
 @MODELS.register_module()

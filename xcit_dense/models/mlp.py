@@ -1,5 +1,5 @@
 """The block's MLP, with its fused fast path."""
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -82,12 +82,7 @@ class Mlp(TimmMlp):
         # the weights); else folded into fc2 (in training autograd then
         # keeps no product for gamma's gradient)
         scale_after = residual and not live and cudas
-        if scale_after:  # under autocast, the weights cast together
-            dtype = policy.kernel_dtype(x)
-            (w1, b1), (w2, b2) = casts.autocast_weights((fc1, fc2), dtype)
-        else:
-            w1, b1 = fc1.weight, fc1.bias
-            w2, b2 = fold_scale(fc2.weight, fc2.bias, gamma)
+        w1, b1, w2, b2 = self._fused_weights(x, gamma, scale_after)
         # fc1, GELU, fc2 as one kernel call (one autograd function)
         one_call = act is not None and dropout_off and \
             type(self.norm) is nn.Identity and \
@@ -124,3 +119,16 @@ class Mlp(TimmMlp):
 
         return pieces.assemble(x, pieces.pieces(N, fc1.out_features, x),
                                fc2.out_features, output)
+
+    def _fused_weights(self, x: torch.Tensor, gamma: Optional[torch.Tensor],
+                       scale_after: bool) -> Tuple[torch.Tensor, ...]:
+        """fc1's and fc2's weights and biases for the fused kernels: cast
+        together under autocast where the layer scale comes after fc2, else
+        with ``gamma`` folded into fc2's."""
+        fc1, fc2 = self.fc1, self.fc2
+        if scale_after:
+            dtype = policy.kernel_dtype(x)
+            (w1, b1), (w2, b2) = casts.autocast_weights((fc1, fc2), dtype)
+            return w1, b1, w2, b2
+        return (fc1.weight, fc1.bias) + fold_scale(fc2.weight, fc2.bias,
+                                                   gamma)

@@ -1,6 +1,7 @@
 """XCiT presets and the checks of the backbone's arguments."""
 import inspect
 import numbers
+import warnings
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -262,6 +263,27 @@ def init_cfgs(init_cfg: Union[dict, Sequence[dict], None]) -> List[dict]:
         return []
     return list(init_cfg) if isinstance(init_cfg, (list, tuple)) \
         else [init_cfg]
+
+
+def pretrained_as_init_cfg(pretrained: Optional[str], init_cfg):
+    """``init_cfg`` of the deprecated ``pretrained`` argument, as mmdet's and
+    mmseg's backbones take it (a warning; not both)."""
+    if pretrained is None:
+        return init_cfg
+    if not isinstance(pretrained, str):
+        raise TypeError(f'pretrained must be a checkpoint path or URL (str) '
+                        f'or None, got {pretrained!r}')
+    if init_cfg is not None:
+        raise ValueError(
+            f'init_cfg and pretrained={pretrained!r} cannot be set at the '
+            'same time; pretrained is deprecated: give '
+            'init_cfg=dict(type=\'Pretrained\', checkpoint=...) alone (an '
+            'mmseg model passes its model-level pretrained to the backbone: '
+            'set model.pretrained=None)')
+    warnings.warn('XCiT: pretrained is deprecated, give init_cfg=dict('
+                  'type=\'Pretrained\', checkpoint=...) instead',
+                  DeprecationWarning)
+    return dict(type='Pretrained', checkpoint=pretrained)
 
 
 def split_pretrained(init_cfg) -> Tuple[List[dict], Optional[dict]]:

@@ -4,9 +4,12 @@ Every row is measured in a fresh process, so its peak memory is its own: on
 the CPU the peak resident set of that process (model and libraries included,
 plus "activation memory" = peak minus the resident set before the first step),
 on CUDA ``torch.cuda.max_memory_allocated`` plus the memory CUDA graphs'
-private pools hold unallocated (their activations). Warm-up runs are excluded
-(the first call's time is reported separately: it includes ``torch.compile``),
-the median of the timed runs is reported, threads are stated. FLOPs come from
+private pools hold unallocated (their activations); ``--in-process``, for
+quick runs, measures the rows one after another in the tool's process (the
+same code timed; a row's peak memory includes what earlier rows left).
+Warm-up runs are excluded (the first call's time is reported separately: it
+includes ``torch.compile``), the median of the timed runs is reported,
+threads are stated. FLOPs come from
 mmengine's counter (fvcore's convention: one multiply-add counts as one FLOP,
 so "GMAC") on the published design (for XCiT: the straightforward path, the
 same for every variant); what an XCiT row's own variant executes (its
@@ -182,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         '--models', nargs='+', metavar='MODEL',
         default=DEFAULT_MODELS,
-        help='what to measure, each row in a fresh process: '
+        help='what to measure, each row in a fresh process (unless '
+        '--in-process): '
         'xcit_<preset>[@variant+...], a peer backbone, a detector or the '
         'segmentor (names and variants: below; default: '
         f'{" ".join(DEFAULT_MODELS)})')
@@ -216,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
                         'round with the median time (default: 1)')
     parser.add_argument('--timeout', type=positive_seconds, default=900,
                         help='seconds per measurement (default: 900)')
+    parser.add_argument('--in-process', action='store_true',
+                        help='measure the rows one after another in this '
+                        'process, not each in a fresh one: a quick run, '
+                        'without the few seconds of imports per row and '
+                        "without --timeout; each row's peak memory is then "
+                        "the process's during its steps, what earlier rows "
+                        'left included (default: a fresh process per row)')
     parser.add_argument('--matmul-size', type=positive_int, default=4096,
                         help='N of the N x N reference matmul (default: '
                         '4096)')

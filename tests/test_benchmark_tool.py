@@ -1,7 +1,9 @@
-"""tools/benchmark.py runs its measurements in fresh processes and writes the
-tables, the plot and the raw results, and with --record the rows into the
-results files with the fingerprints of the code they measured (speed
-targets live there, not here)."""
+"""tools/benchmark.py runs its measurements in fresh processes (here, but
+for one row, with --in-process: the same measurement in the tool's process,
+without a process's 4 s of imports per row) and writes the tables, the plot
+and the raw results, and with --record the rows into the results files with
+the fingerprints of the code they measured (speed targets live there, not
+here)."""
 import json
 import re
 
@@ -13,8 +15,8 @@ from conftest import run_tool_here
 def _run(tmp_path, *args):
     proc = run_tool_here('tools/benchmark.py', *args, '--repeat', '1',
                          '--warmup', '1', '--threads', '1', '--matmul-size',
-                         '256', '--out-dir', tmp_path, '--record',
-                         tmp_path / 'recorded')
+                         '256', '--in-process', '--out-dir', tmp_path,
+                         '--record', tmp_path / 'recorded')
     assert proc.returncode == 0, proc.stderr[-3000:]
     return (json.loads((tmp_path / 'results.json').read_text()),
             (tmp_path / 'results.md').read_text())
@@ -205,6 +207,23 @@ def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
         ('default+with_cp', 'bf16 autocast', 'train'),
         ('straightforward', 'fp32', 'iter'),
         ('default+always', 'fp32', 'train')]
+    # the backbone's row in a fresh process, as the tool measures by
+    # default: the same measurement, its memory that process's own
+    import argparse
+
+    from benchmarks.harness.runs import _run_worker
+    fresh = _run_worker('xcit_nano_12_p16@cp+amp', (32, 32), 2, 'train',
+                        argparse.Namespace(device='cpu', threads=1, repeat=1,
+                                           warmup=1, out_dir=str(tmp_path),
+                                           timeout=600))
+    assert 'error' not in fresh, fresh
+    assert set(backbone) - set(fresh) == {'code', 'round', 'rounds',
+                                          'round_seconds'}
+    assert fresh['gmac_per_image'] == backbone['gmac_per_image']
+    assert fresh['activation_mem_gib'] > 0 and fresh['seconds'] > 0
+    assert (fresh['memory'], backbone['memory']) == (
+        'peak RSS of the process', 'peak RSS of the process during the steps')
+    assert 'every measurement in it (--in-process)' in table
 
 
 def test_each_variant_against_the_reference_of_its_precision():

@@ -1,6 +1,7 @@
 """Benchmarks of backbones, whole detectors and segmentors: latency, memory
-and multiply-adds by input size, each row measured in a fresh process
-(``tools/benchmark.py`` is the command line)."""
+and multiply-adds by input size, each row measured in a fresh process or,
+``--in-process``, in the tool's (``tools/benchmark.py`` is the command
+line)."""
 from .names import inferable, parse_model, trainable
 from .outputs import write_outputs
 from .runs import run_measurement

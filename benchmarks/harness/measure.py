@@ -55,6 +55,34 @@ def _rss_gib() -> float:
         return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**30
 
 
+def restart_peak_rss() -> bool:
+    """For a row measured in a process that measured others (``--in-process``):
+    the memory earlier rows freed handed back to the system (glibc's
+    ``malloc_trim``), then the process's peak resident set restarted from
+    its resident set now (Linux's ``/proc/self/clear_refs``); False where
+    it cannot be (the peak is then the process's since it started)."""
+    import ctypes
+    import gc
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+    try:
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')
+    except OSError:
+        return False
+    return True
+
+
+def _peak_rss_gib() -> float:
+    """The process's peak resident set (since :func:`restart_peak_rss`)."""
+    with open('/proc/self/status') as f:
+        line = next(x for x in f if x.startswith('VmHWM:'))
+    return int(line.split()[1]) / 2**20  # in KiB
+
+
 def idle_graph_pool_bytes(snapshot: dict) -> int:
     """Bytes that CUDA graphs' private memory pools hold unallocated
     (``torch.cuda.memory._snapshot()``: segments of pool ``(0, 0)`` are the
@@ -76,11 +104,14 @@ def timed(step: Callable, args) -> Dict:
     warm-up): the most memory allocated at once, plus the memory CUDA
     graphs' private pools hold unallocated (a replayed graph's activations
     live there; no other tensor can use it), and the most reserved; on the
-    CPU the process's peak RSS."""
+    CPU the process's peak RSS (in a process that measured other rows,
+    since this one's steps began where :func:`restart_peak_rss` can say)."""
+    restarted = False
     if args.device == 'cuda':
         torch.cuda.reset_peak_memory_stats()
         base_mem = torch.cuda.memory_allocated() / 2**30
     else:
+        restarted = getattr(args, 'in_process', False) and restart_peak_rss()
         base_mem = _rss_gib()
     times, returned, row, out = [], [], {}, None
     for i in range(args.warmup + args.repeat):
@@ -104,9 +135,14 @@ def timed(step: Callable, args) -> Dict:
         row['memory'] = 'cuda max allocated + idle graph pools'
         row['graph_pools_idle_gib'] = idle
         row['peak_reserved_gib'] = torch.cuda.max_memory_reserved() / 2**30
+    elif restarted:
+        peak = _peak_rss_gib()
+        row['memory'] = 'peak RSS of the process during the steps'
     else:  # ru_maxrss is in KiB on Linux
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        row['memory'] = 'peak RSS of the process'
+        row['memory'] = 'peak RSS of the process' + (
+            ' (earlier rows included)' if getattr(args, 'in_process', False)
+            else '')
     row.update(peak_mem_gib=peak, activation_mem_gib=peak - base_mem,
                seconds=statistics.median(times))
     row['images_per_s'] = args.batch / row['seconds']
@@ -114,7 +150,8 @@ def timed(step: Callable, args) -> Dict:
 
 
 def measure_here(args) -> dict:
-    """One measurement in this (fresh) process."""
+    """One measurement in this process (a fresh one, or with
+    ``--in-process`` the tool's)."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.mode == 'export':

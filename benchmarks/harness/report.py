@@ -137,6 +137,20 @@ def _where(found):
     return f' ({"; ".join(parts)})' if parts else ''
 
 
+def _memory_note(args) -> str:
+    """What the memory columns measured."""
+    if args.device != 'cpu':
+        return ("torch.cuda.max_memory_allocated plus CUDA graph pools' "
+                'idle memory; "act." = that minus the memory allocated '
+                'before the first step.')
+    where = ("the tool's process during the steps, every measurement in it "
+             '(--in-process)' if getattr(args, 'in_process', False) else
+             'a fresh process per measurement')
+    return (f'peak resident set of {where} (model and libraries included); '
+            '"act." = that peak minus the resident set before the first '
+            'step.')
+
+
 def _main_table(results, matmul, args, found):
     lines = [
         f'{args.threads} threads, device {args.device}{_where(found)}; '
@@ -145,15 +159,9 @@ def _main_table(results, matmul, args, found):
         + (f', median over {args.rounds} interleaved rounds' if
            args.rounds > 1 else '') + '; fp32 unless '
         f'"@bf16" / "@amp"; machine matmul ({args.matmul_size}^2): '
-        f'{matmul_summary(matmul)}. Memory: '
-        + ('peak resident set of a fresh process per measurement (model '
-           'and libraries included); "act." = that peak minus the resident '
-           'set before the first step.' if args.device == 'cpu' else
-           'torch.cuda.max_memory_allocated plus CUDA graph pools\' idle '
-           'memory; "act." = that minus the memory '
-           'allocated before the first step.') + ' GMAC/image: the '
-        'forward\'s (inference) or the whole training step\'s, forward and '
-        'backward (train).', '',
+        f'{matmul_summary(matmul)}. Memory: {_memory_note(args)} '
+        "GMAC/image: the forward's (inference) or the whole training "
+        "step's, forward and backward (train).", '',
         *_head('model', 'input', 'batch', 'mode', 'time (s)', 'images/s',
                'first call (s)', 'peak mem (GiB)', 'act. mem (GiB)',
                'GMAC/image', 'executed GMAC/image', 'achieved GFLOP/s')]

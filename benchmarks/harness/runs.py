@@ -1,5 +1,7 @@
 """Running measurements, each in a fresh process (so that its peak memory
-is its own), and combining interleaved rounds."""
+is its own) or, with ``--in-process``, one after another in this one, and
+combining interleaved rounds."""
+import argparse
 import json
 import os
 import signal
@@ -13,7 +15,8 @@ _EXPORTED = {}  # (base, size, batch) -> the export's row
 
 def run_measurement(model, size, batch, mode, args) -> dict:
     """One row: ``model`` at ``size``, ``batch``, ``mode`` measured in a fresh
-    process (runtimes: after an export in a process of its own)."""
+    process (runtimes: after an export in a process of its own), or in this
+    one with ``args.in_process``."""
     base, variants = parse_model(model)
     if set(variants) & set(RUNTIMES) and mode == 'infer':
         # exported (and verified) in a process of its own, so that the
@@ -25,21 +28,46 @@ def run_measurement(model, size, batch, mode, args) -> dict:
             exported = _export(model, base, size, batch, args, int8=True)
         if 'error' in exported:
             return dict(exported, model=model)
-        row = _run_worker(model, size, batch, mode, args)
+        row = _run(model, size, batch, mode, args)
         row.update({k: exported[k] for k in ('export_s',
                                              'export_max_rel_diff')})
         return row
-    return _run_worker(model, size, batch, mode, args)
+    return _run(model, size, batch, mode, args)
 
 
 def _export(model, base, size, batch, args, int8=False) -> dict:
     """The export row of ``base`` at ``size`` and ``batch`` (fp32, or its
     INT8 quantization), made once per run."""
-    key = (base, size, batch, int8)
+    key = (args.out_dir, base, size, batch, int8)
     if key not in _EXPORTED:
-        _EXPORTED[key] = _run_worker(model if int8 else base, size, batch,
-                                     'export', args)
+        _EXPORTED[key] = _run(model if int8 else base, size, batch, 'export',
+                              args)
     return _EXPORTED[key]
+
+
+def _run(model, size, batch, mode, args) -> dict:
+    """One measurement, where ``args`` says."""
+    if getattr(args, 'in_process', False):
+        return _run_here(model, size, batch, mode, args)
+    return _run_worker(model, size, batch, mode, args)
+
+
+def _run_here(model, size, batch, mode, args) -> dict:
+    """Run :func:`.measure.measure_here` in this process, with the options a
+    fresh process would be given (no time limit); the row as a fresh
+    process writes it (through JSON), a failure a row with ``error``."""
+    from .measure import measure_here
+    worker = argparse.Namespace(
+        model=model, size=tuple(size), batch=batch, mode=mode,
+        device=args.device, threads=args.threads, repeat=args.repeat,
+        warmup=args.warmup, out_dir=args.out_dir, in_process=True,
+        published_code=getattr(args, 'published_code', None))
+    try:
+        return json.loads(json.dumps(measure_here(worker)))
+    except Exception as error:  # a failed row, as a failed process's
+        return dict(model=model, h=size[0], w=size[1], batch=batch,
+                    mode=mode, error=failure_reason(
+                        1, f'{type(error).__name__}: {error}'))
 
 
 def _run_worker(model, size, batch, mode, args) -> dict:

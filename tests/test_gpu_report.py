@@ -279,16 +279,17 @@ def test_table_file_only_where_there_is_a_table(tmp_path):
 
 def test_tile_sweep_runs_every_candidate_and_tabulates(tmp_path):
     """``STEP=tiles``, interpreted at a tiny size with more tokens than one
-    tile (the times mean nothing here): a row per candidate, the default
-    first, each candidate's results those of the default's tiles, the
-    module constants put back after, and the fastest in the GPU table."""
+    tile, one image (the times mean nothing here): a row per candidate,
+    the default first, each candidate's results those of the default's
+    tiles, the module constants put back after, and the fastest in the GPU
+    table."""
     from xcit_dense.models.ops import lpi_kernels, xca_kernels
     before = (dict(xca_kernels.TILES), xca_kernels.BLOCK_N,
               lpi_kernels.TILE_WARPS, lpi_kernels.BLOCK_N)
     proc = run_tool_here('benchmarks/gpu/tile_sweep.py', '--out',
                          tmp_path, '--dtypes', 'float32', '--size', '5x9',
-                         '--channels', '32', '--heads', '2', '--warmup', '0',
-                         '--repeat', '1', '--limit', '2')
+                         '--channels', '32', '--heads', '2', '--batch', '1',
+                         '--warmup', '0', '--repeat', '1', '--limit', '2')
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in
             (tmp_path / 'tile_sweep.jsonl').read_text().splitlines()]

@@ -128,16 +128,19 @@ PARTS = {'xca': (xca_kernels, xca_candidates, xca_step),
          'lpi': (lpi_kernels, lpi_candidates, lpi_step)}
 
 
-def median_ms(step, device, warmup=3, repeat=20):
-    """CUDA events' median (``launch_probe.py``'s); under the interpreter
-    one call's wall time (the plumbing only)."""
+def outputs_and_ms(step, device, warmup=3, repeat=20):
+    """``step``'s outputs and its time in ms: on CUDA, after a first call
+    (it compiles), CUDA events' median (``launch_probe.py``'s); under the
+    interpreter the wall time of the call after the warm-up, whose outputs
+    they are (the plumbing only: each interpreted call takes seconds)."""
     if device.type == 'cuda':
-        return launch_probe.median_ms(step, warmup, repeat)
+        got = step()
+        return got, launch_probe.median_ms(step, warmup, repeat)
     for _ in range(warmup):
         step()
     start = time.perf_counter()
-    step()
-    return 1e3 * (time.perf_counter() - start)
+    got = step()
+    return got, 1e3 * (time.perf_counter() - start)
 
 
 def largest_difference(got, ref):
@@ -190,9 +193,8 @@ def main(argv=None):
                                channels=args.channels)
                     try:
                         with constants(module, values):
-                            got = step()
-                            row['ms'] = median_ms(step, device, args.warmup,
-                                                  args.repeat)
+                            got, row['ms'] = outputs_and_ms(
+                                step, device, args.warmup, args.repeat)
                         if i == 0:
                             reference = got
                         if reference is not None:

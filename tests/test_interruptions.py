@@ -8,11 +8,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-import torch
+from interruption_runs import (
+    ForkServer,
+    assert_same_state,
+    forked,
+    interrupt,
+    launched,
+    ranks,
+)
 
 from conftest import NARROW_MASK_RCNN, REPO, run_tool, run_tool_here
 
@@ -25,12 +31,12 @@ def _config(tmp_path, data_root, loop, workers=2):
     (iteration loop) or 2 epochs of 4 (epoch loop), checkpoints every 2
     iterations. A finite sampler in both: the iteration loop restarts it
     after 4 iterations, as in iteration-based recipes with mmdet's
-    DefaultSampler (Mask2Former's)."""
+    DefaultSampler (Mask2Former's). No validation: no check reads it."""
     root = f'{data_root}/'
     train_cfg = (
-        "dict(max_iters=6, val_interval=100)" if loop == 'iter' else
-        "dict(_delete_=True, type='xcit_dense.EpochBasedTrainLoop', "
-        "max_epochs=2, val_interval=100)")
+        "dict(max_iters=6, val_interval=100, val_begin=100)" if loop == 'iter'
+        else "dict(_delete_=True, type='xcit_dense.EpochBasedTrainLoop', "
+        "max_epochs=2, val_interval=100, val_begin=100)")
     path = tmp_path / f'{loop}.py'
     path.write_text(f"""
 _base_ = '{DEMO}'
@@ -63,54 +69,13 @@ def _train(config, work, *args):
     return proc.stdout + proc.stderr
 
 
-def _interrupt(command, log, pattern, signum, pids=None, group=False):
-    """Start ``command``, send ``signum`` once its log matches ``pattern``
-    (to ``pids(process)`` if given; to every process it started, dataloader
-    workers included, with ``group``, as schedulers do), return its exit
-    status and log."""
-    env = dict(os.environ, PYTHON=sys.executable)
-    with open(log, 'w') as out:
-        proc = subprocess.Popen(command, cwd=REPO, stdout=out,
-                                stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        deadline = time.time() + 300
-        while not re.search(pattern, log.read_text()):
-            assert proc.poll() is None, log.read_text()[-3000:]
-            assert time.time() < deadline, 'the pattern never appeared'
-            time.sleep(0.1)
-        if group:
-            os.killpg(proc.pid, signum)
-        else:
-            for pid in (pids(proc) if pids else [proc.pid]):
-                os.kill(pid, signum)
-        code = proc.wait(timeout=300)
-        if signum == signal.SIGKILL:  # its workers too
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    return code, log.read_text()
-
-
-def _assert_same_state(a, b):
-    import xcit_dense  # noqa: F401  (allow-lists mmengine's types)
-    a = torch.load(a, weights_only=True)
-    b = torch.load(b, weights_only=True)
-    assert a['meta']['iter'] == b['meta']['iter']
-    assert a['state_dict'].keys() == b['state_dict'].keys()
-    for key, value in a['state_dict'].items():
-        assert torch.equal(value, b['state_dict'][key]), key
-    sa, sb = a['optimizer']['state'], b['optimizer']['state']
-    assert sa.keys() == sb.keys() and len(sa) > 0
-    for k in sa:
-        for name in ('exp_avg', 'exp_avg_sq'):
-            assert torch.equal(sa[k][name], sb[k][name]), (k, name)
-    assert a['param_schedulers'] == b['param_schedulers']
-    # the logged metrics of the last iteration
-    hub_a, hub_b = a['message_hub']['log_scalars'], b['message_hub'][
-        'log_scalars']
-    for key in ('train/loss', 'train/loss_mask', 'train/lr'):
-        assert hub_a[key].current() == hub_b[key].current(), key
+@pytest.fixture(scope='module')
+def forks():
+    """Training processes forked from a process that has imported what a
+    run imports (each test's runs one after the other)."""
+    server = ForkServer()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope='module')
@@ -125,15 +90,14 @@ def uninterrupted(tmp_path_factory, tiny_coco):
     return runs
 
 
-def test_iteration_loop_sigkill_then_resume_is_exact(uninterrupted,
+def test_iteration_loop_sigkill_then_resume_is_exact(forks, uninterrupted,
                                                       tmp_path):
     config, reference = uninterrupted['iter']
     work = tmp_path / 'work'
     # killed during iteration 5; checkpoints at 2 and 4
-    code, _ = _interrupt(
-        [sys.executable, 'tools/train.py', str(config), '--work-dir',
-         str(work)], tmp_path / 'killed.log', r'Iter\(train\) \[5/6\]',
-        signal.SIGKILL)
+    code, _ = interrupt(
+        forked(forks, config, work), tmp_path / 'killed.log',
+        r'Iter\(train\) \[5/6\]', signal.SIGKILL)
     assert code == -signal.SIGKILL
     # and the newest checkpoint truncated, as a crash mid-write of a tool
     # without atomic writes would leave it
@@ -145,7 +109,7 @@ def test_iteration_loop_sigkill_then_resume_is_exact(uninterrupted,
                      'one', log)
     assert 'resumed epoch: 0, iter: 2' in log
     assert 'Reach the end of the dataloader' in log  # restarted after 4
-    _assert_same_state(reference / 'iter_6.pth', work / 'iter_6.pth')
+    assert_same_state(reference / 'iter_6.pth', work / 'iter_6.pth')
 
 
 def test_launcher_names_a_bad_count_and_a_busy_port(tmp_path):
@@ -245,15 +209,15 @@ def test_epoch_resumed_where_an_epoch_has_other_iterations(uninterrupted,
 
 
 def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
+                                                               forks,
                                                                tmp_path):
     config, reference = uninterrupted['epoch']
     work = tmp_path / 'work'
-    train = [sys.executable, 'tools/train.py', str(config), '--work-dir',
-             str(work)]
     # SIGTERM in epoch 1, to every process of the run as a scheduler sends
     # it (the dataloader workers carry on until the training process shuts
     # them down): a checkpoint of the iteration in flight, status 75
-    code, log = _interrupt(train, tmp_path / 'term.log',
+    code, log = interrupt(forked(forks, config, work),
+                           tmp_path / 'term.log',
                            r'Epoch\(train\) \[1\]\[3/4\]', signal.SIGTERM,
                            group=True)
     assert code == 75, log[-3000:]
@@ -266,20 +230,30 @@ def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
         f'iter_{done}.pth')
     # resumed there, then killed in the middle of epoch 2 (after the
     # checkpoint of iteration 6)
-    code, log = _interrupt(train + ['--resume'], tmp_path / 'killed.log',
+    code, log = interrupt(forked(forks, config, work, '--resume'),
+                           tmp_path / 'killed.log',
                            r'Epoch\(train\) \[2\]\[3/4\]', signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert f'resumed epoch: 0, iter: {done}' in log
     log = _train(config, work, '--resume')
     assert 'resumed epoch: 1, iter: 6' in log  # mid-epoch
-    _assert_same_state(reference / 'iter_8.pth', work / 'iter_8.pth')
+    assert_same_state(reference / 'iter_8.pth', work / 'iter_8.pth')
 
 
-def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
+def _assert_two_processes(out):
+    """What each of two processes of the GPU recipe says on a CPU."""
+    assert out.count('No GPU: fp32 training') == 2  # one per process
+    assert 'BatchNorm instead of SyncBN' in out
+    assert 'Distributed launcher: pytorch' in out
+    assert 'GPU number: 2' in out  # mmengine's name for the world size
+
+
+def test_two_processes_stop_together_and_resume_exactly(tiny_coco, forks,
                                                         tmp_path):
     # the GPU recipe's AMP and SyncBN, which a CPU cannot run, and the
-    # endless sampler of the demos and the ADE20K recipes; 4 iterations
-    # (each of the three launches starts two processes)
+    # endless sampler of the demos and the ADE20K recipes; 4 iterations.
+    # The reference run: two processes forked with torchrun's environment;
+    # the interrupted and the resumed ones: tools/dist_train.sh's
     config = _config(tmp_path, tiny_coco, 'iter', workers=0)
     with open(config, 'a') as f:
         f.write("optim_wrapper = dict(type='AmpOptimWrapper')\n"
@@ -288,14 +262,9 @@ def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
                 "train_dataloader.update(\n"
                 "    sampler=dict(type='InfiniteSampler', shuffle=True))\n")
     env = dict(PORT='29531')
-    proc = run_tool('tools/dist_train.sh', config, 2, '--work-dir',
-                    tmp_path / 'reference', env=env)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    assert out.count('No GPU: fp32 training') == 2  # one per process
-    assert 'BatchNorm instead of SyncBN' in out
-    assert 'Distributed launcher: pytorch' in out
-    assert 'GPU number: 2' in out  # mmengine's name for the world size
+    out = ranks(forks, tmp_path / 'reference', config, '--work-dir',
+                 tmp_path / 'reference')
+    _assert_two_processes(out)
     assert 'Reach the end of the dataloader' not in out  # endless
     # LPI's channels-last convolutions hand DDP its gradients in the
     # parameters' own strides (else DDP copies them every step, and warns)
@@ -316,10 +285,10 @@ def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
         assert len(found) == 1, found
         return found
 
-    code, log = _interrupt(
-        ['bash', 'tools/dist_train.sh', str(config), '2', '--work-dir',
-         str(work)], tmp_path / 'term.log', r'Iter\(train\) \[2/4\]',
-        signal.SIGTERM, pids=rank1)
+    code, log = interrupt(
+        launched(['bash', 'tools/dist_train.sh', str(config), '2',
+                   '--work-dir', str(work)]), tmp_path / 'term.log',
+        r'Iter\(train\) \[2/4\]', signal.SIGTERM, pids=rank1)
     assert code == 75  # the workers' status, for a scheduler to requeue
     done = {int(n) for n in re.findall(
         r'SIGTERM received: saved the state after iteration (\d+)', log)}
@@ -331,7 +300,8 @@ def test_two_processes_stop_together_and_resume_exactly(tiny_coco,
     proc = run_tool('tools/dist_train.sh', config, 2, '--work-dir', work,
                     '--resume', env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    _assert_same_state(tmp_path / 'reference' / 'iter_4.pth',
+    _assert_two_processes(proc.stdout + proc.stderr)
+    assert_same_state(tmp_path / 'reference' / 'iter_4.pth',
                        work / 'iter_4.pth')
 
 

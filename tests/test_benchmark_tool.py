@@ -404,6 +404,16 @@ def test_benchmark_refuses_a_model_no_mode_measures(model, modes, why,
     assert 'wrote' not in proc.stdout and not out.exists()
 
 
+def test_benchmark_records_only_rows_measured_in_their_own_process(
+        tmp_path):
+    proc = run_tool_here('tools/benchmark.py', '--models', 'xcit_nano_12_p16',
+                         '--in-process', '--record', tmp_path / 'results',
+                         '--out-dir', tmp_path / 'out')
+    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
+    assert 'leave out --in-process to record' in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_benchmark_out_dir_that_is_a_file(tmp_path):
     a_file = tmp_path / 'results'
     a_file.write_text('')

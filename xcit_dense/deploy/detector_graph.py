@@ -127,10 +127,17 @@ class DetectorGraph(nn.Module):
         x = normalised(pre, image)
         divisor = pre.pad_size_divisor
         if divisor > 1:
+            # padded to (size + divisor - 1) // divisor * divisor: with
+            # free height and width every later shape is then a multiple
+            # of one symbol, which the tracer simplifies; the same padding
+            # as (divisor - size % divisor) % divisor, whose remainders
+            # make the detector's export take twice as long. (Non-negative
+            # operands: ONNX's integer Div truncates.)
             height, width = x.shape[-2:]
-            x = F.pad(x, (0, (divisor - width % divisor) % divisor,
-                          0, (divisor - height % divisor) % divisor),
-                      value=float(pre.pad_value))
+            x = F.pad(x, (0, (width + divisor - 1) // divisor * divisor
+                          - width,
+                          0, (height + divisor - 1) // divisor * divisor
+                          - height), value=float(pre.pad_value))
         return x
 
     def proposals(self, feats: Tuple[torch.Tensor, ...],

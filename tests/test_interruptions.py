@@ -217,9 +217,9 @@ def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
     # it (the dataloader workers carry on until the training process shuts
     # them down): a checkpoint of the iteration in flight, status 75
     code, log = interrupt(forked(forks, config, work),
-                           tmp_path / 'term.log',
-                           r'Epoch\(train\) \[1\]\[3/4\]', signal.SIGTERM,
-                           group=True)
+                          tmp_path / 'term.log',
+                          r'Epoch\(train\) \[1\]\[3/4\]', signal.SIGTERM,
+                          group=True)
     assert code == 75, log[-3000:]
     m = re.search(r'SIGTERM received: saved the state after iteration (\d+) '
                   r'to (\S+) and stopping \(exit status 75\)', log)
@@ -231,8 +231,8 @@ def test_epoch_loop_sigterm_then_sigkill_then_resume_is_exact(uninterrupted,
     # resumed there, then killed in the middle of epoch 2 (after the
     # checkpoint of iteration 6)
     code, log = interrupt(forked(forks, config, work, '--resume'),
-                           tmp_path / 'killed.log',
-                           r'Epoch\(train\) \[2\]\[3/4\]', signal.SIGKILL)
+                          tmp_path / 'killed.log',
+                          r'Epoch\(train\) \[2\]\[3/4\]', signal.SIGKILL)
     assert code == -signal.SIGKILL
     assert f'resumed epoch: 0, iter: {done}' in log
     log = _train(config, work, '--resume')
@@ -263,7 +263,7 @@ def test_two_processes_stop_together_and_resume_exactly(tiny_coco, forks,
                 "    sampler=dict(type='InfiniteSampler', shuffle=True))\n")
     env = dict(PORT='29531')
     out = ranks(forks, tmp_path / 'reference', config, '--work-dir',
-                 tmp_path / 'reference')
+                tmp_path / 'reference')
     _assert_two_processes(out)
     assert 'Reach the end of the dataloader' not in out  # endless
     # LPI's channels-last convolutions hand DDP its gradients in the
@@ -302,7 +302,7 @@ def test_two_processes_stop_together_and_resume_exactly(tiny_coco, forks,
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     _assert_two_processes(proc.stdout + proc.stderr)
     assert_same_state(tmp_path / 'reference' / 'iter_4.pth',
-                       work / 'iter_4.pth')
+                      work / 'iter_4.pth')
 
 
 def test_atomic_writes_leave_the_old_file(tmp_path, monkeypatch):

@@ -11,10 +11,15 @@ bin's length inside the bin, 0 elsewhere), and the pooled map is
 ``rows @ x @ cols^T``: the same averages as PyTorch's, up to float rounding.
 
 :data:`DECOMPOSITIONS` replaces the operator in an exported program
-(``ExportedProgram.run_decompositions``); the model's own modules are not
+(``ExportedProgram.run_decompositions``, which traces the program again);
+:class:`AnySizePooling` replaces it while ``torch.export`` traces Python
+(non-strict), the same graph in one trace. The model's own modules are not
 touched and run as they are in PyTorch.
 """
 import torch
+import torch.nn.functional as F
+from torch.nn.modules.utils import _list_with_default, _pair
+from torch.overrides import TorchFunctionMode
 
 
 def bin_matrix(n: torch.SymInt, cells: int, like: torch.Tensor
@@ -41,3 +46,17 @@ def adaptive_avg_pool2d_any_size(x: torch.Tensor, output_size
 DECOMPOSITIONS = {
     torch.ops.aten.adaptive_avg_pool2d.default: adaptive_avg_pool2d_any_size,
 }
+
+
+class AnySizePooling(TorchFunctionMode):
+    """While active, ``F.adaptive_avg_pool2d`` is
+    :func:`adaptive_avg_pool2d_any_size` (an output size of one int: square;
+    ``None``: the input's)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not F.adaptive_avg_pool2d:
+            return func(*args, **kwargs)
+        x, size = (*args, *kwargs.values())
+        return adaptive_avg_pool2d_any_size(
+            x, _list_with_default(_pair(size), x.size()))

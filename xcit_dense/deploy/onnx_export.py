@@ -7,6 +7,7 @@ paths call oneDNN operators that ONNX does not have. Nothing is written
 under the requested name until onnxruntime has reproduced PyTorch's outputs
 on every checked size.
 """
+from contextlib import nullcontext
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -16,7 +17,7 @@ import torch.nn as nn
 from ..atomic_files import move_into_place, unverified_file
 from ..errors import ExportError, UserError, first_line
 from ..models.policy import fast_path
-from .adaptive_pooling import DECOMPOSITIONS
+from .adaptive_pooling import DECOMPOSITIONS, AnySizePooling
 from .detection_check import verify_detections
 from .detector_graph import DetectorGraph
 from .graphs import (
@@ -149,13 +150,17 @@ def _export(graph: nn.Module, path: str, example: torch.Tensor,
         free = torch.export.Dim.DYNAMIC
         shapes = ({2: free(min=MIN_SIZE, max=MAX_SIZE),
                    3: free(min=MIN_SIZE, max=MAX_SIZE)}, )
+    strict = dynamic and sizes_from_python(graph)
+    pools = dynamic and pools_to_cells(graph)
     with fast_path(False), torch.no_grad():
         try:
-            strict = dynamic and sizes_from_python(graph)
-            program = torch.export.export(graph, (example, ),
-                                          dynamic_shapes=shapes,
-                                          strict=strict)
-            if dynamic and pools_to_cells(graph):
+            # traced with Python running, the pooling is replaced as it is
+            # called; dynamo's graph is decomposed afterwards
+            with AnySizePooling() if pools and not strict else nullcontext():
+                program = torch.export.export(graph, (example, ),
+                                              dynamic_shapes=shapes,
+                                              strict=strict)
+            if pools and strict:
                 program = program.run_decompositions(DECOMPOSITIONS)
         except Exception as e:  # the exporter's errors have many types
             raise ExportError(f'torch.export cannot trace '

@@ -25,7 +25,11 @@ from xcit_dense.models import lpi, policy
 from xcit_dense.models.ops import lpi_kernels
 
 from conftest import logged
-from test_fast_path import assert_training_matches_reference, randomized
+from test_fast_path import (
+    assert_training_matches_reference,
+    narrow,
+    randomized,
+)
 
 pytestmark = pytest.mark.skipif(
     not lpi_kernels.available() or os.environ.get('TRITON_INTERPRET') != '1',
@@ -157,7 +161,7 @@ def test_tiles_sums_added_in_several_steps(monkeypatch):
 ])
 def test_kernels_keep_batchnorm_as_its_forward_does(bn_args):
     torch.manual_seed(0)
-    y = torch.randn(2, 20, 24)
+    y = torch.randn(1, 20, 24)  # one image: one program per tile kernel
     for training in (True, False):
         # twice: the running averages move from where the first left them
         compare(y, 4, 5, list(branch(24, **bn_args)), training, steps=2)
@@ -169,7 +173,7 @@ def test_kernels_keep_mmengines_batchnorm_in_place_of_syncbn():
     does."""
     from mmengine.model import revert_sync_batchnorm
     torch.manual_seed(0)
-    y = torch.randn(2, 20, 24)
+    y = torch.randn(1, 20, 24)
     conv1, bn, conv2 = branch(24)
     synced = nn.SyncBatchNorm(24)
     synced.load_state_dict(bn.state_dict())
@@ -264,7 +268,7 @@ def test_kernels_in_half_precision_accumulate_in_fp32(dtype, tol):
                       ref[2]), tol)
 
 
-def cast_model_branch(device, dtype, training):
+def cast_model_branch(device, dtype, training, size=(2, 6, 7)):
     """LPI's branch of a block of a model cast to ``dtype`` (``.half()``,
     ``.to(torch.bfloat16)``: tokens, residual, layer scale, convolutions
     and BatchNorm's parameters and statistics all in it), on the fast path
@@ -272,14 +276,14 @@ def cast_model_branch(device, dtype, training):
     each; a training step (gradients of the tokens, the layer scale and the
     layers' parameters; BatchNorm on the batch, updating its statistics) or
     inference (in eval mode without gradients: BatchNorm on its running
-    statistics)."""
+    statistics); ``size``: the tokens' batch, H and W."""
     torch.manual_seed(0)
-    H, W, C = 6, 7, 40
+    (B, H, W), C = size, 40
     module = lpi.LPI(C)
     module.conv1, module.bn, module.conv2 = branch(C)
     module = module.to(device, dtype).train(training)
     gamma = (torch.rand(C, device=device) + 0.5).to(dtype)
-    x = (torch.randn(2, H * W, C, device=device) + 1).to(dtype)
+    x = (torch.randn(B, H * W, C, device=device) + 1).to(dtype)
     grad = torch.randn_like(x)
     taken = []
     kernels = lpi_kernels.local_interaction
@@ -309,9 +313,10 @@ def test_a_model_cast_to_bf16_matches_the_straightforward_one(
     scale, layers and BatchNorm statistics (which they read in fp32):
     output, gradients and statistics within bf16's rounding of the
     straightforward computation of the same model, in a training step and
-    in inference."""
+    in inference. (One image of one tile: few interpreted programs.)"""
     for training in (True, False):
-        got, ref = cast_model_branch('cpu', torch.bfloat16, training)
+        got, ref = cast_model_branch('cpu', torch.bfloat16, training,
+                                     size=(1, 4, 8))
         assert_same(got, ref, 3e-2)
 
 
@@ -320,9 +325,10 @@ def kernels_on_the_cpu(monkeypatch):
     """LPI takes its kernel path on the CPU too (probed before the tests
     count the kernels' calls)."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
-    # XCiT-N12's LPI in training: 128 channels, BatchNorm on the batch
+    # the narrow backbone's LPI in training: 64 channels, BatchNorm on the
+    # batch
     assert lpi_kernels.works(torch.device('cpu'), torch.float32,
-                             nn.BatchNorm2d(128), torch.float32)
+                             nn.BatchNorm2d(64), torch.float32)
 
 
 def test_backbone_on_the_kernels_matches_the_straightforward_one(
@@ -335,9 +341,9 @@ def test_backbone_on_the_kernels_matches_the_straightforward_one(
     kernels = lpi_kernels.local_interaction
     monkeypatch.setattr(lpi_kernels, 'local_interaction',
                         lambda *a: calls.append(1) or kernels(*a))
-    model = randomized().train()
+    model = narrow().train()
     grads, ref_model = assert_training_matches_reference(
-        model, torch.randn(2, 3, 48, 80))
+        model, torch.randn(1, 3, 48, 80))  # one image: half the programs
     assert len(calls) == 4  # every block's LPI
     assert any(name.endswith('local_mp.bn.weight') for name in grads)
     params = dict(model.named_parameters())
@@ -431,7 +437,7 @@ def test_kernels_run_only_for_what_they_are_written_for(kernels_on_the_cpu,
     with pytest.raises(ValueError, match='more than 1 value'):
         runs_kernels(module.train(), torch.randn(1, 1, 32), grid=(1, 1))
 
-    model = randomized()
+    model = narrow()
     calls.clear()
     with fast_path('always'):
         model(torch.randn(1, 3, 32, 32))

@@ -24,7 +24,7 @@ from xcit_dense.models.ops import (
     xca_kernels,
 )
 
-from test_fast_path import randomized
+from test_fast_path import narrow, randomized
 
 interpreted = pytest.mark.skipif(
     not xca_kernels.available() or os.environ.get('TRITON_INTERPRET') != '1',
@@ -89,7 +89,7 @@ def test_cpu_fast_paths_give_the_straightforward_second_derivatives(
     for name in ('_reference_mlp', 'linear'):
         spy(monkeypatch, onednn, name, calls)
     model = randomized().train(training)
-    assert_penalty_step_matches_reference(model, torch.randn(2, 3, 256, 256))
+    assert_penalty_step_matches_reference(model, torch.randn(1, 3, 256, 256))
     assert calls['gram'] == 4
     if onednn.select_backend(torch.randn(1, 8), stochastic=True) == 'onednn':
         assert calls['_reference_mlp'] == 4  # the recorded backward's
@@ -97,13 +97,13 @@ def test_cpu_fast_paths_give_the_straightforward_second_derivatives(
 
 @pytest.fixture
 def kernels_on_the_cpu(monkeypatch):
-    """CUDA's kernel paths taken on the CPU (XCiT-N12's XCA heads and LPI,
-    probed with gradients)."""
+    """CUDA's kernel paths taken on the CPU (the narrow backbone's XCA
+    heads of 32 and LPI of 64 channels, probed with gradients)."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
     assert xca_kernels.works(torch.device('cpu'), torch.float32, 32)
     for training in (True, False):
         assert lpi_kernels.works(torch.device('cpu'), torch.float32,
-                                 nn.BatchNorm2d(128).train(training),
+                                 nn.BatchNorm2d(64).train(training),
                                  torch.float32)
 
 
@@ -122,8 +122,8 @@ def test_kernels_give_the_straightforward_second_derivatives(
     spy(monkeypatch, residual._ScaledResidual, 'apply', calls)
     spy(monkeypatch, xca_kernels, 'attention', calls)
     kernels = calls['attention']
-    model = randomized().train(training)
-    assert_penalty_step_matches_reference(model, torch.randn(2, 3, 48, 80))
+    model = narrow().train(training)
+    assert_penalty_step_matches_reference(model, torch.randn(1, 3, 48, 80))
     assert calls['attention'] - kernels == 4
     # one recomputation per block and recorded backward
     assert calls['_reference'] == 8

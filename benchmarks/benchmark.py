@@ -297,11 +297,6 @@ def check_args(parser, args) -> None:
     emulated = refuse_emulated_bf16(args.models, args.device)
     if emulated:
         parser.error(emulated)
-    if args.in_process and args.record is not None:
-        parser.error('--record keeps rows measured as the results files say '
-                     '(each row in a fresh process, its peak memory its '
-                     'own): leave out --in-process to record, or --record '
-                     'to run in this process')
 
 
 def main():

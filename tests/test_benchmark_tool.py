@@ -85,6 +85,7 @@ def test_backbone_variants_and_ratios(tmp_path):
     assert run['code'] == backbone and run['threads'] == 1
     assert 'tools/benchmark.py --models xcit_nano_12_p16@reference' in \
         run['command'] and run['libraries']['torch']
+    assert "every row in the tool's process (--in-process" in run['method']
     recorded = _rows(run)
     assert [(r['variant'], r['precision']) for r in recorded.values()] == [
         ('straightforward', 'fp32'), ('default', 'fp32'),
@@ -402,16 +403,6 @@ def test_benchmark_refuses_a_model_no_mode_measures(model, modes, why,
     assert f'error: {model} measures nothing with --modes {modes}: {why}' \
         in proc.stderr, proc.stderr
     assert 'wrote' not in proc.stdout and not out.exists()
-
-
-def test_benchmark_records_only_rows_measured_in_their_own_process(
-        tmp_path):
-    proc = run_tool_here('tools/benchmark.py', '--models', 'xcit_nano_12_p16',
-                         '--in-process', '--record', tmp_path / 'results',
-                         '--out-dir', tmp_path / 'out')
-    assert proc.returncode == 2 and 'Traceback' not in proc.stderr
-    assert 'leave out --in-process to record' in proc.stderr, proc.stderr
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_benchmark_out_dir_that_is_a_file(tmp_path):

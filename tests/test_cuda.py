@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+from interruption_runs import interrupt, launched
 
 from xcit_dense import fast_path
 from xcit_dense.models import policy
@@ -24,7 +25,6 @@ from test_coco_configs import _sample as det_sample
 from test_fast_path import randomized
 from test_fast_path_policy import X, taken  # noqa: F401  (fixture)
 from test_interruptions import _config as interruption_config
-from test_interruptions import _interrupt
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason='no CUDA device')
@@ -882,8 +882,8 @@ def test_resume_on_one_gpu(tiny_coco, tmp_path):
                                     stdout=log, stderr=subprocess.STDOUT)
 
     procs = {name: train(name) for name in ('reference', 'rerun')}
-    code, _ = _interrupt(command('work'), tmp_path / 'killed.log',
-                         r'Iter\(train\) \[5/6\]', signal.SIGKILL)
+    code, _ = interrupt(launched(command('work')), tmp_path / 'killed.log',
+                        r'Iter\(train\) \[5/6\]', signal.SIGKILL)
     assert code == -signal.SIGKILL
     procs['work'] = train('work', '--resume')
     for name, proc in procs.items():

@@ -191,7 +191,7 @@ def run_of(doc: dict, scope: str, args, when: datetime.datetime) -> dict:
                    k[:4]: v and round(v, 1)
                    for k, v in doc['matmul'].items()},
                method=f'median of {args.repeat} runs after {args.warmup} '
-               f'warm-up, one process per row, {args.rounds} interleaved '
+               f'warm-up, {_processes(args)}, {args.rounds} interleaved '
                'round(s) (the round of the median time)')
     if any(r['variant'] == 'published' for r in rows):
         run['published_code'] = args.published_code
@@ -214,3 +214,11 @@ def record_runs(doc: dict, args, directory=res.RESULTS) -> list:
         written.append((res.add_run(run, machine_entry(doc['machine']),
                                     directory), run['id']))
     return written
+
+
+def _processes(args) -> str:
+    """Where the rows ran, as a run's ``method`` says it."""
+    if getattr(args, 'in_process', False):
+        return ("every row in the tool's process (--in-process: peak memory "
+                'includes earlier rows)')
+    return 'one process per row'

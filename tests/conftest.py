@@ -280,13 +280,13 @@ NARROW_MASK_RCNN_OPTIONS = [
 #: (``--no-loadscope-reorder``), the shorter files after them in the order
 #: collected, so that the workers finish together.
 LONGEST_FILES = (
-    'test_interruptions.py', 'test_export_detector.py', 'test_export_onnx.py',
-    'test_benchmark_tool.py', 'test_lpi_kernels.py', 'test_fast_path.py',
-    'test_heads_learn.py', 'test_backbone.py', 'test_fast_path_policy.py',
-    'test_ade20k.py', 'test_compile_kernels.py', 'test_export_rpn_ranking.py',
-    'test_launches.py', 'test_second_derivatives.py', 'test_xca_kernels.py',
-    'test_gpu_report.py', 'test_coco_configs.py', 'test_integration.py',
-    'test_cuda_graphs_training.py', 'test_coco_tools.py')
+    'test_export_onnx.py', 'test_interruptions.py', 'test_export_detector.py',
+    'test_benchmark_tool.py', 'test_lpi_kernels.py', 'test_heads_learn.py',
+    'test_ade20k.py', 'test_backbone.py', 'test_fast_path.py',
+    'test_export_rpn_ranking.py', 'test_integration.py',
+    'test_fast_path_policy.py', 'test_coco_configs.py', 'test_coco_tools.py',
+    'test_cuda_graphs_training.py', 'test_gpu_report.py',
+    'test_compile_kernels.py')
 
 
 def pytest_configure(config):

@@ -217,26 +217,10 @@ def verify_onnx(path: str, graph: nn.Module, batch: int,
         logits = None
         for name, ref, out in zip(names, refs, outs):
             ref = ref.numpy()
-            row = dict(size=(height, width), output=name,
-                       shape=tuple(ref.shape))
-            if out.shape != ref.shape:
-                raise ExportError(
-                    f'The exported model is wrong: at {height}x{width} its '
-                    f'output {name} has shape {tuple(out.shape)}, PyTorch '
-                    f'gives {tuple(ref.shape)}.')
             if np.issubdtype(ref.dtype, np.floating):
-                scale = float(np.abs(ref).max()) or 1.0
-                row['max_abs_diff'] = float(np.abs(out - ref).max())
-                row['max_rel_diff'] = row['max_abs_diff'] / scale
-                ok = row['max_rel_diff'] <= TOLERANCE
                 logits = ref
-                message = (f'{row["max_abs_diff"]:.2e} '
-                           f'({row["max_rel_diff"]:.2e} of the largest value)')
-            else:
-                row['differing'] = _label_mismatches(out, ref, logits)
-                ok = row['differing'] == 0
-                message = ('labels equal' if ok else
-                           f'{row["differing"]} labels differ')
+            row, ok, message = _compare_output(name, (height, width), ref,
+                                               out, logits)
             rows.append(row)
             log(f'  onnxruntime vs PyTorch at {height}x{width}, {name} '
                 f'{tuple(ref.shape)}: {message}')
@@ -251,6 +235,32 @@ def verify_onnx(path: str, graph: nn.Module, batch: int,
                     f'most {TOLERANCE:g} of the largest value is allowed.'
                     + hint)
     return rows
+
+
+def _compare_output(name: str, size: Tuple[int, int], ref: np.ndarray,
+                    out: np.ndarray, logits: Optional[np.ndarray]
+                    ) -> Tuple[Dict, bool, str]:
+    """One output of onnxruntime against PyTorch's ``ref``: its row, whether
+    it is within :data:`TOLERANCE` (labels: equal but for ties of
+    ``logits``), and what the log says of it."""
+    height, width = size
+    row = dict(size=size, output=name, shape=tuple(ref.shape))
+    if out.shape != ref.shape:
+        raise ExportError(
+            f'The exported model is wrong: at {height}x{width} its '
+            f'output {name} has shape {tuple(out.shape)}, PyTorch '
+            f'gives {tuple(ref.shape)}.')
+    if np.issubdtype(ref.dtype, np.floating):
+        scale = float(np.abs(ref).max()) or 1.0
+        row['max_abs_diff'] = float(np.abs(out - ref).max())
+        row['max_rel_diff'] = row['max_abs_diff'] / scale
+        return row, row['max_rel_diff'] <= TOLERANCE, (
+            f'{row["max_abs_diff"]:.2e} '
+            f'({row["max_rel_diff"]:.2e} of the largest value)')
+    row['differing'] = _label_mismatches(out, ref, logits)
+    ok = row['differing'] == 0
+    return row, ok, ('labels equal' if ok else
+                     f'{row["differing"]} labels differ')
 
 
 def _label_mismatches(out: np.ndarray, ref: np.ndarray,

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import REPO, run_tool_here
+from conftest import NARROW_MASK_RCNN, REPO, run_tool_here
 
 COCO_DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 ADE_DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'
@@ -104,15 +104,19 @@ def published_upernet_keys(depth, patch_size):
 
 # ------------------------------------------------------------- fixtures
 def _tiny_config(tmp_path, demo, data_root, extra=''):
+    """``demo`` on 4 blocks and ``data_root``, one iteration; a Mask
+    R-CNN's FPN and heads 32 wide (the published key names and what is
+    checked of the weights do not depend on the widths)."""
     root = f'{data_root}/'
     path = tmp_path / f'{demo.stem}_tiny.py'
-    ann = ''
+    ann, narrow = '', ''
     if 'mask_rcnn' in demo.stem:
         ann = (f"\nval_evaluator = dict(ann_file='{root}annotations/val.json')"
                '\ntest_evaluator = val_evaluator')
+        narrow = f',\n             {NARROW_MASK_RCNN}'
     path.write_text(f"""
 _base_ = '{demo}'
-model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3)))
+model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3)){narrow})
 train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                         dataset=dict(data_root='{root}'))
 val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
@@ -182,7 +186,9 @@ def loopback(tmp_path_factory):
 
     server = http.server.ThreadingHTTPServer(
         ('127.0.0.1', 0), functools.partial(Quiet, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # polled every 50 ms, not 0.5 s: its shutdown waits for the next poll
+    thread = threading.Thread(target=server.serve_forever, args=(0.05, ),
+                              daemon=True)
     thread.start()
     yield root, f'http://127.0.0.1:{server.server_address[1]}'
     server.shutdown()

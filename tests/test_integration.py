@@ -128,19 +128,38 @@ def test_parameter_groups_of_the_same_options_merged(foreach):
         assert torch.equal(a, b), name
 
 
+class _Scaled(nn.Module):
+    """A linear layer, a layer norm and a per-channel scale the module
+    declares free of weight decay (as XCiT's gammas): both kinds of group
+    in a few parameters (dynamo unrolls a step over each parameter)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.norm = nn.Linear(4, 4), nn.LayerNorm(4)
+        self.gamma = nn.Parameter(torch.ones(4))
+
+    def no_weight_decay(self):
+        return {'gamma', 'norm.weight', 'norm.bias'}
+
+
 def test_optimizer_step_compiles():
     """mmengine's ``compile=True`` compiles the optimizer's step with the
     model's train_step: dynamo traces it over the groups our constructor
     made (plain dicts; the ConfigDicts mmengine's registry makes of them
     failed: "'UserDefinedDictVariable' object has no attribute 'items'"),
     and the compiled step updates as the eager one does."""
-    compiled_model, eager_model = _tiny_detector(), _tiny_detector()
+    torch.manual_seed(0)
+    compiled_model = _Scaled()
+    eager_model = _Scaled()
+    eager_model.load_state_dict(compiled_model.state_dict())
     config = ConfigDict(  # as the runner passes cfg.optim_wrapper
         constructor='xcit_dense.NoDecayOptimWrapperConstructor',
         optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05))
     compiled, eager = (build_optim_wrapper(model, config.copy()).optimizer
                        for model in (compiled_model, eager_model))
     assert all(type(g) is dict for g in compiled.param_groups)
+    assert sorted(g['weight_decay'] for g in compiled.param_groups) == [
+        0., 0.05]
     step = torch.compile(compiled.step, backend='eager')
     for seed in range(2):
         generator = torch.Generator().manual_seed(seed)

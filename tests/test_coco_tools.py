@@ -110,15 +110,17 @@ def test_resume_continues_with_same_state(trained, tmp_path):
     assert state.keys() == saved.keys() and len(state) > 0
     for k in saved:
         torch.testing.assert_close(state[k]['exp_avg'], saved[k]['exp_avg'])
-    # From the command line: continues at the saved iteration.
-    proc = run_tool_here('tools/train.py', cfg, '--work-dir', work, '--resume',
-                         work / 'iter_2.pth', '--cfg-options',
-                         'train_cfg.max_iters=6')
+    # From the command line: continues at the saved iteration, to a last
+    # checkpoint (one iteration: the fixture's iter_4.pth is left as it is)
+    resumed = tmp_path / 'resumed_cli'
+    proc = run_tool_here('tools/train.py', cfg, '--work-dir', resumed,
+                         '--resume', work / 'iter_2.pth', '--cfg-options',
+                         'train_cfg.max_iters=3')
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert 'resumed epoch: 0, iter: 2' in out
-    assert re.search(r'Iter\(train\) \[3/6\]', out)
-    assert (work / 'iter_6.pth').is_file()
+    assert re.search(r'Iter\(train\) \[3/3\]', out)
+    assert (resumed / 'iter_3.pth').is_file()
 
 
 def test_test_tool_writes_predictions_and_drawings(trained, tmp_path,

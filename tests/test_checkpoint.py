@@ -81,16 +81,27 @@ def _load(path, arch='nano_12_p16', **kwargs):
     return model.eval()
 
 
-@pytest.mark.parametrize('fmt', sorted(FORMATS))
-def test_parity_with_timm(fmt, timm_nano, tmp_path):
-    path = tmp_path / fmt
-    FORMATS[fmt](timm_nano.state_dict(), path)
-    model = _load(path)
+@pytest.fixture(scope='module')
+def timm_taps(timm_nano):
+    """Images of two sizes and timm's intermediates of them, computed once
+    for the formats compared with them."""
+    torch.manual_seed(0)
+    pairs = []
     for size in [(224, 224), (100, 150)]:
         x = torch.randn(2, 3, *size)
         with torch.no_grad():
-            ref = timm_nano.forward_intermediates(
-                x, indices=OUT_INDICES, intermediates_only=True)
+            pairs.append((size, x, timm_nano.forward_intermediates(
+                x, indices=OUT_INDICES, intermediates_only=True)))
+    return pairs
+
+
+@pytest.mark.parametrize('fmt', sorted(FORMATS))
+def test_parity_with_timm(fmt, timm_nano, timm_taps, tmp_path):
+    path = tmp_path / fmt
+    FORMATS[fmt](timm_nano.state_dict(), path)
+    model = _load(path)
+    for size, x, ref in timm_taps:
+        with torch.no_grad():
             taps = model.forward_taps(x)
             outs = model(x)
         for a, b in zip(taps, ref):

@@ -12,6 +12,7 @@ from mmengine.registry import init_default_scope
 
 from conftest import REPO, run_tool_here
 from shrink import runs_forward, shrunk, trained_in_tests
+from test_coco_configs import narrowed_mask2former
 
 CONFIGS = sorted((REPO / 'configs' / 'ade20k').glob('*.py'))
 DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'
@@ -40,16 +41,19 @@ def _sample(h, w, num_classes):
 
 
 def narrowed(model_cfg, width=64):
-    """``model_cfg`` with UperNet's and the FPN neck's and head's channels
-    at ``width`` (512, 256 and 384 in the recipes: four fifths of a training
-    step's time; what is checked does not depend on them); the heads' input
-    channels as the recipe sets them where they read the backbone."""
+    """``model_cfg`` with UperNet's, the FPN neck's and head's and
+    Mask2Former's channels at ``width`` (512, 384 and 256 in the recipes:
+    four fifths of a UperNet training step's time; what is checked does not
+    depend on them); the heads' input channels as the recipe sets them
+    where they read the backbone."""
     head = model_cfg.decode_head
     if 'neck' in model_cfg:  # Semantic FPN: the head reads the neck
         model_cfg.neck.out_channels = width
         head.in_channels = [width] * len(head.in_channels)
     if head.type.split('.')[-1] in ('UPerHead', 'FPNHead'):
         head.channels = width
+    elif 'pixel_decoder' in head:  # Mask2Former
+        narrowed_mask2former(head, width)
     if model_cfg.get('auxiliary_head'):
         model_cfg.auxiliary_head.channels = width
     return model_cfg

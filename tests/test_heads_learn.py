@@ -113,19 +113,38 @@ DEMOS = {
 }
 
 
-def tiny_demo_config(demo, root, tmp_path, max_iters=2):
+#: the Mask2Former head's features, attention and positional encodings 64
+#: wide (256 in the demos; FFNs 128), as the config tests narrow it
+NARROW_HEAD = """feat_channels=64, out_channels=64,
+                positional_encoding=dict(num_feats=32),
+                transformer_decoder=dict(num_layers=3, layer_cfg=dict(
+                    self_attn_cfg=dict(embed_dims=64),
+                    cross_attn_cfg=dict(embed_dims=64),
+                    ffn_cfg=dict(embed_dims=64, feedforward_channels=128))),
+                pixel_decoder=dict(
+                    positional_encoding=dict(num_feats=32),
+                    encoder=dict(num_layers=1, layer_cfg=dict(
+                        self_attn_cfg=dict(embed_dims=64),
+                        ffn_cfg=dict(embed_dims=64,
+                                     feedforward_channels=128)))))"""
+
+
+def tiny_demo_config(demo, root, tmp_path, max_iters=2, narrow=True):
     """The Mask2Former demo ``demo`` on the tiny data at ``root``: 4
-    backbone blocks, 10 queries, 3 decoder and 1 encoder layers."""
+    backbone blocks, 10 queries, 3 decoder and 1 encoder layers; the head
+    64 wide where ``narrow``."""
     path = DEMOS[demo][0]
     head = 'panoptic_head' if demo == 'coco' else 'decode_head'
+    layers = NARROW_HEAD if narrow else """transformer_decoder=dict(
+                    num_layers=3),
+                pixel_decoder=dict(encoder=dict(num_layers=1)))"""
     config = tmp_path / 'demo.py'
     config.write_text(f"""
 _base_ = r'{REPO / 'configs' / path}'
 model = dict(
     backbone=dict(depth=4, out_indices=(0, 1, 2, 3)),
     {head}=dict(num_queries=10,
-                transformer_decoder=dict(num_layers=3),
-                pixel_decoder=dict(encoder=dict(num_layers=1))))
+                {layers})
 train_dataloader = dict(batch_size=2, num_workers=0,
                         persistent_workers=False,
                         dataset=dict(data_root=r'{root}'))

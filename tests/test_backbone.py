@@ -11,6 +11,7 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from models_meta import on_meta
 from timm.models.xcit import PositionalEncodingFourier
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -54,7 +55,7 @@ def test_preset_matches_timm(arch):
     the meta device (shapes without values: a second for large_24 instead
     of four); the layer scale's initial value on the preset shrunk (4
     blocks, 64 channels: the preset's value at any width)."""
-    with torch.device('meta'):
+    with on_meta():
         model = XCiT(arch=arch)
         ref = timm.create_model(f'xcit_{arch}_224', pretrained=False)
     classification = ('cls_token', 'cls_attn_blocks.', 'norm.', 'head.')
@@ -81,7 +82,7 @@ def test_pyramid_shapes(arch):
     wide = dim > 192
     fake = FakeTensorMode(allow_non_fake_inputs=True) if wide else \
         contextlib.nullcontext()
-    with torch.device('meta') if wide else contextlib.nullcontext():
+    with on_meta() if wide else contextlib.nullcontext():
         model = tiny(arch).eval()  # one model for the sizes
     if wide:  # its parameters and buffers fake tensors on the CPU
         with fake:

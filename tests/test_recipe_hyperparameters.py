@@ -12,12 +12,11 @@ import copy
 import logging
 import math
 import re
-from unittest import mock
 
 import pytest
-import torch
 import torch.nn as nn
 from mmengine.config import Config
+from models_meta import on_meta
 
 from conftest import REPO
 
@@ -144,17 +143,13 @@ def _model(default_scope, model_cfg):
     """A model with the recipe's parameter names, on the meta device (no
     memory, no initialisation) with the backbone 32 channels wide (names
     depend on depth and patch size, not width): built once for all the
-    recipes of those names (each size of a head and patch size). The
-    backbone's truncated-normal draws are skipped: on the meta device they
-    set nothing, and each runs a dozen operators' Python meta functions."""
-    from xcit_dense.models import backbone
+    recipes of those names (each size of a head and patch size)."""
     from xcit_dense.toolkits import use_toolkit
     key = (default_scope, repr(_names_only(model_cfg.to_dict())))
     if key not in _MODELS:
         narrow = copy.deepcopy(model_cfg)
         narrow.backbone.update(embed_dim=32, num_heads=4, init_cfg=None)
-        with torch.device('meta'), mock.patch.object(
-                backbone, 'trunc_normal_', lambda tensor, **_: tensor):
+        with on_meta():
             _MODELS[key] = use_toolkit(default_scope).MODELS.build(narrow)
     return _MODELS[key]
 

@@ -204,6 +204,18 @@ def coco_pair(tmp_path_factory, tiny_coco):
     return cfg, ours, pub, published
 
 
+@pytest.fixture(scope='module')
+def ade_pair(tmp_path_factory, tiny_ade20k):
+    """The UperNet demo's pair, with ADE20K-style classes and palette."""
+    tmp = tmp_path_factory.mktemp('ade_published')
+    cfg = _tiny_config(tmp, ADE_DEMO, tiny_ade20k)
+    classes = ('background', 'disc', 'square', 'triangle', 'stripes')
+    palette = [[120, 120, 120], [220, 20, 60], [0, 128, 255], [60, 180, 75],
+               [255, 200, 0]]
+    ours, pub, published = _write_pair(tmp, cfg, 'mmseg', classes, palette)
+    return cfg, ours, pub, published
+
+
 def _fails_cleanly(proc, *patterns):
     err = proc.stderr
     assert proc.returncode == 1, proc.stdout[-2000:] + err[-2000:]
@@ -216,12 +228,10 @@ def _fails_cleanly(proc, *patterns):
 
 # ---------------------------------------------------------------- tests
 def test_synthesised_files_have_the_published_key_names(coco_pair,
-                                                        tmp_path,
-                                                        tiny_ade20k):
+                                                        ade_pair):
     *_, published = coco_pair
     assert sorted(published) == sorted(published_mask_rcnn_keys(4, 16))
-    cfg = _tiny_config(tmp_path, ADE_DEMO, tiny_ade20k)
-    *_, published = _write_pair(tmp_path, cfg, 'mmseg', ('a', ))
+    *_, published = ade_pair
     assert sorted(published) == sorted(published_upernet_keys(4, 16))
 
 
@@ -257,8 +267,8 @@ def test_detector_from_a_url_predicts_as_our_layout(coco_pair, loopback,
     assert any(len(p['pred_instances']['scores']) for p in preds['ours'])
 
 
-def test_mm_apis_take_published_files_as_they_are(coco_pair, tmp_path,
-                                                  tiny_ade20k, capsys,
+def test_mm_apis_take_published_files_as_they_are(coco_pair, ade_pair,
+                                                  tmp_path, capsys,
                                                   loopback, monkeypatch):
     """mmdet's ``init_detector`` and ``DetInferencer`` and mmseg's
     ``init_model`` load without our tools (mmengine's non-strict
@@ -269,11 +279,7 @@ def test_mm_apis_take_published_files_as_they_are(coco_pair, tmp_path,
     from mmseg.apis import MMSegInferencer
     from mmseg.apis import init_model as init_segmentor
     cfg, ours, pub, published = coco_pair
-    seg_cfg = _tiny_config(tmp_path, ADE_DEMO, tiny_ade20k)
-    (tmp_path / 'seg').mkdir()
-    seg_ours, seg_pub, _ = _write_pair(
-        tmp_path / 'seg', seg_cfg, 'mmseg', ('a', 'b', 'c', 'd', 'e'),
-        palette=[[i, i, i] for i in range(5)])
+    seg_cfg, seg_ours, seg_pub, _ = ade_pair
     for init, config, files in (
             (init_detector, cfg, (ours, pub)),
             (init_segmentor, seg_cfg, (seg_ours, seg_pub))):
@@ -411,12 +417,8 @@ def test_converter_writes_our_layout(coco_pair, tmp_path):
     _fails_cleanly(proc, r'not in the model index; pass the config')
 
 
-def test_segmentor_published_label_maps_equal(tiny_ade20k, tmp_path):
-    cfg = _tiny_config(tmp_path, ADE_DEMO, tiny_ade20k)
-    classes = ('background', 'disc', 'square', 'triangle', 'stripes')
-    palette = [[120, 120, 120], [220, 20, 60], [0, 128, 255], [60, 180, 75],
-               [255, 200, 0]]
-    ours, pub, _ = _write_pair(tmp_path, cfg, 'mmseg', classes, palette)
+def test_segmentor_published_label_maps_equal(ade_pair, tmp_path):
+    cfg, ours, pub, _ = ade_pair
     maps = {}
     for which, ckpt in (('ours', ours), ('published', pub)):
         out = tmp_path / f'{which}_maps'

@@ -101,6 +101,23 @@ def narrowed_mask2former(head, width=64):
     return head
 
 
+#: the Mask2Former head's features, attention and positional encodings 64
+#: wide (256 in the demos; FFNs 128) as :func:`narrowed_mask2former` makes
+#: it, as a config's keyword arguments (the tools tests' demos)
+NARROW_HEAD = """feat_channels=64, out_channels=64,
+                positional_encoding=dict(num_feats=32),
+                transformer_decoder=dict(num_layers=3, layer_cfg=dict(
+                    self_attn_cfg=dict(embed_dims=64),
+                    cross_attn_cfg=dict(embed_dims=64),
+                    ffn_cfg=dict(embed_dims=64, feedforward_channels=128))),
+                pixel_decoder=dict(
+                    positional_encoding=dict(num_feats=32),
+                    encoder=dict(num_layers=1, layer_cfg=dict(
+                        self_attn_cfg=dict(embed_dims=64),
+                        ffn_cfg=dict(embed_dims=64,
+                                     feedforward_channels=128)))))"""
+
+
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.name)
 def test_config_builds_and_runs(path):
     from mmdet.registry import MODELS

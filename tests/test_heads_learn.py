@@ -16,6 +16,7 @@ from mmengine.optim import build_optim_wrapper
 from conftest import REPO, run_tool_here
 from shrink import shrunk
 from test_ade20k import _sample as seg_sample
+from test_coco_configs import NARROW_HEAD
 from test_coco_configs import _sample as det_sample
 
 #: config, optimizer steps, the least metric of the predictions afterwards
@@ -111,22 +112,6 @@ DEMOS = {
     'ade20k': ('ade20k/demo_mask2former_xcit_nano_synthetic.py',
                'tiny_ade20k', 'mIoU'),
 }
-
-
-#: the Mask2Former head's features, attention and positional encodings 64
-#: wide (256 in the demos; FFNs 128), as the config tests narrow it
-NARROW_HEAD = """feat_channels=64, out_channels=64,
-                positional_encoding=dict(num_feats=32),
-                transformer_decoder=dict(num_layers=3, layer_cfg=dict(
-                    self_attn_cfg=dict(embed_dims=64),
-                    cross_attn_cfg=dict(embed_dims=64),
-                    ffn_cfg=dict(embed_dims=64, feedforward_channels=128))),
-                pixel_decoder=dict(
-                    positional_encoding=dict(num_feats=32),
-                    encoder=dict(num_layers=1, layer_cfg=dict(
-                        self_attn_cfg=dict(embed_dims=64),
-                        ffn_cfg=dict(embed_dims=64,
-                                     feedforward_channels=128)))))"""
 
 
 def tiny_demo_config(demo, root, tmp_path, max_iters=2, narrow=True):

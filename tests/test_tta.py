@@ -13,6 +13,7 @@ from mmengine.structures import InstanceData
 from xcit_dense.tta import InstanceSegTTAModel
 
 from conftest import REPO, run_tool_here
+from test_coco_configs import NARROW_HEAD
 from test_export_detector import MASK_RCNN, TINY
 
 H, W = 20, 30
@@ -103,8 +104,7 @@ _base_ = r'{REPO}/configs/coco/demo_mask2former_xcit_nano_synthetic.py'
 model = dict(
     backbone=dict({', '.join(f'{k}={v!r}' for k, v in TINY.items())}),
     panoptic_head=dict(in_channels=[32] * 4, num_queries=10,
-                       transformer_decoder=dict(num_layers=3),
-                       pixel_decoder=dict(encoder=dict(num_layers=1))))
+                       {NARROW_HEAD})
 """
 HEADS = {'mask_rcnn': MASK_RCNN, 'cascade': CASCADE,
          'mask2former': MASK2FORMER}

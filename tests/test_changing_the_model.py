@@ -7,6 +7,7 @@ unchanged model with that branch's layer scale times ``s``, ...) and checks
 the fast model against it, in eval and in training.
 """
 import copy
+import functools
 from functools import partial
 
 import pytest
@@ -49,6 +50,17 @@ def outputs(model, x, mode):
 
 
 X = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(1))
+
+
+@functools.lru_cache(maxsize=None)
+def _randomized_once():
+    return randomized()  # never run: no state of a forward in it
+
+
+def randomized_copy():
+    """A copy of one :func:`randomized` model, for the tests that change
+    one each (a copy takes half the time of a build)."""
+    return copy.deepcopy(_randomized_once())
 
 
 @pytest.mark.parametrize('mode', ['eval', 'train'])
@@ -329,7 +341,7 @@ def test_a_customised_call_runs_on_every_call_of_its_module(name, how,
     the straightforward computation, and what it returns is that module's
     output: with one that halves it, the model computes what the
     straightforward one computes with it."""
-    model = randomized()
+    model = randomized_copy()
     module = model.get_submodule(name)
     shapes = []
 

@@ -3,6 +3,7 @@ segmentors, as mmdet's and mmseg's get_flops.py count them (validation
 images or one image of ``--shape``), the backbone's equal to mmengine's
 count of the straightforward computation (validation images: the same code
 for both toolkits, run here for a segmentor)."""
+import functools
 import re
 
 import pytest
@@ -28,12 +29,19 @@ def _counts(proc):
     return found.groups()
 
 
+@functools.lru_cache(maxsize=None)
+def _tool():
+    return load_tool('get_flops')
+
+
 def _size(number):
-    return load_tool('get_flops').size(number)
+    return _tool().size(number)
 
 
+@functools.lru_cache(maxsize=None)
 def _backbone_flops(h, w):
-    """mmengine's count of the demos' backbone, straightforward."""
+    """mmengine's count of the demos' backbone, straightforward (once per
+    size)."""
     from mmengine.analysis import FlopAnalyzer
 
     from xcit_dense import XCiT

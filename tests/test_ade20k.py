@@ -101,10 +101,13 @@ def test_config_builds_and_runs(path):
 
 
 def _config(tmp_path, data_root, max_iters=4):
+    """The UperNet demo on the data at ``data_root``: 4 backbone blocks,
+    the heads 32 wide (128 and 64 in the demo)."""
     path = tmp_path / 'demo_tiny.py'
     path.write_text(f"""
 _base_ = '{DEMO}'
-model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3)))
+model = dict(backbone=dict(depth=4, out_indices=(0, 1, 2, 3)),
+             decode_head=dict(channels=32), auxiliary_head=dict(channels=32))
 train_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,
                         dataset=dict(data_root='{data_root}'))
 val_dataloader = dict(batch_size=2, num_workers=0, persistent_workers=False,

@@ -11,7 +11,6 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from models_meta import on_meta
 from timm.models.xcit import PositionalEncodingFourier
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
@@ -20,6 +19,7 @@ from xcit_dense.models.positional_encoding import CachedFourierEncoding
 from xcit_dense.models.presets import OUT_STRIDES
 
 from conftest import run_tool_here
+from models_meta import on_meta
 
 SIZES = [(224, 224), (256, 320), (333, 517)]
 STRIDES = (4, 8, 16, 32)

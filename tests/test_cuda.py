@@ -13,13 +13,13 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
-from interruption_runs import interrupt, launched
 
 from xcit_dense import fast_path
 from xcit_dense.models import policy
 from xcit_dense.models.execution import compile_options
 
 from conftest import REPO, logged, run_tool
+from interruption_runs import interrupt, launched
 from test_ade20k import _sample as seg_sample
 from test_coco_configs import _sample as det_sample
 from test_fast_path import randomized

@@ -11,6 +11,8 @@ import subprocess
 import time
 
 import pytest
+
+from conftest import NARROW_MASK_RCNN, REPO, run_tool, run_tool_here
 from interruption_runs import (
     ForkServer,
     assert_same_state,
@@ -19,8 +21,6 @@ from interruption_runs import (
     launched,
     ranks,
 )
-
-from conftest import NARROW_MASK_RCNN, REPO, run_tool, run_tool_here
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 

@@ -16,9 +16,9 @@ import re
 import pytest
 import torch.nn as nn
 from mmengine.config import Config
-from models_meta import on_meta
 
 from conftest import REPO
+from models_meta import on_meta
 
 RECIPES = sorted(p for task in ('coco', 'ade20k')
                  for p in (REPO / 'configs' / task).glob('*.py')

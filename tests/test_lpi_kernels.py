@@ -373,7 +373,7 @@ def test_kernels_first_probed_inside_a_checkpoint(kernels_on_the_cpu,
     torch.manual_seed(0)
     module = lpi.LPI(24).train()
     ref = copy.deepcopy(module)
-    x = torch.randn(1, 12, 24)
+    x = torch.randn(2, 12, 24)
     outs = []
     for m, setting in ((module, True), (ref, False)):
         xi = x.clone().requires_grad_()

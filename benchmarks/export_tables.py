@@ -2,6 +2,7 @@
 ``tools/export_onnx.py`` writes, run by onnxruntime and OpenVINO in fp32
 and INT8, each against PyTorch's eager fp32 in the same run."""
 from . import cells
+from . import results as res
 from .table_kinds import Results, markdown_table, with_note
 
 #: a runtime's variant, as the tables name it (its version: the run's
@@ -38,12 +39,11 @@ def export_cpu(results: Results) -> str:
 def _export_runs(results: Results) -> list:
     """[(run, {(variant, precision): row})], the newest CPU run per model
     that has a runtime's row and PyTorch's eager fp32 beside it."""
-    found = {}
+    candidates = {}
     for row in results.rows:
         if row.machine.startswith('cpu-') and row['variant'] in RUNTIMES:
-            newest = found.get(row['model'])
-            if newest is None or row.run['date'] > newest['date']:
-                found[row['model']] = row.run
+            candidates.setdefault(row['model'], []).append(row.run)
+    found = {model: res.newest(runs) for model, runs in candidates.items()}
     runs = []
     for model, run in found.items():
         rows = {(r['variant'], r['precision']): r for r in results.rows

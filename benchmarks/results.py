@@ -87,6 +87,12 @@ def rows(docs: dict) -> list:
             for run in doc['runs'] for row in run['rows']]
 
 
+def newest(runs) -> dict:
+    """The newest of ``runs`` (in their results file's order): the latest
+    date, and of runs of the same date the one appended last."""
+    return max(reversed(list(runs)), key=lambda run: run['date'])
+
+
 @functools.lru_cache(maxsize=None)
 def current_fingerprint(scope: str) -> str:
     """The working tree's fingerprint of ``scope`` (once per process)."""

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import cells
+from . import results as res
 from . import targets as tg
 
 
@@ -107,7 +108,7 @@ def cpu_published(results: Results) -> str:
                 and r['variant'] == 'published']
         if not runs:
             continue
-        run = max(runs, key=lambda r: r['date'])
+        run = res.newest(runs)
         for mode in ('infer', 'train'):
             found = {(r['variant'], r['precision']): r for r in results.rows
                      if r.run is run and r['mode'] == mode}

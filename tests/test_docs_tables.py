@@ -223,6 +223,18 @@ def test_targets_are_judged_on_the_newest_row():
     assert row.run['id'] == 'later' and status(TARGET, row) == NOT_MET
 
 
+def test_the_published_table_takes_the_run_recorded_last_on_its_date():
+    """Two runs beside the published code on one day: the one appended
+    last is the newest (the first was the table's pick)."""
+    def run(id, seconds):
+        published = dict(RUN['rows'][0], id='pub', name='m@published',
+                         variant='published', seconds=seconds)
+        return dict(copy.deepcopy(RUN), id=id, rows=[published])
+    doc = dict(machine=MACHINE, runs=[run('first', 7.0), run('second', 9.0)])
+    table = tables.table('cpu-published', results_of(doc))
+    assert '9.000 s' in table and '7.000 s' not in table, table
+
+
 def test_the_fingerprint_is_of_the_code_not_its_prose(tmp_path):
     models = tmp_path / 'xcit_dense' / 'models'
     models.mkdir(parents=True)

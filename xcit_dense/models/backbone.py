@@ -1,17 +1,13 @@
-"""The XCiT backbone for dense prediction.
+"""The XCiT backbone for dense prediction: Cross-Covariance Image
+Transformers (El-Nouby et al., 2021, https://arxiv.org/abs/2106.09681) with
+the 4-level pyramid of the published detection backbone.
 
-Cross-Covariance Image Transformers (El-Nouby et al., 2021,
-https://arxiv.org/abs/2106.09681) with the 4-level pyramid of the published
-detection backbone. The backbone composes its parts and calls them: the
-convolutional stem (:mod:`.stem`), the Fourier positional encoding
-(:mod:`.positional_encoding`), the XCA blocks (:mod:`.block`) and the pyramid
-resamplers (:mod:`.pyramid`). Each part owns its fast path next to its
-straightforward computation; the backbone never reaches into their
-parameters, so a part that is replaced, wrapped or subclassed runs as its
-own ``forward`` says.
-
-It imports neither mmdet nor mmsegmentation; both build it through the
-``xcit_dense`` registry scope (``dict(type='xcit_dense.XCiT', ...)``).
+The backbone calls its parts: the stem (:mod:`.stem`), the Fourier
+positional encoding (:mod:`.positional_encoding`), the XCA blocks
+(:mod:`.block`) and the pyramid resamplers (:mod:`.pyramid`), each owning its
+fast path beside its straightforward computation; a part replaced, wrapped or
+subclassed runs as its own ``forward`` says. It imports neither mmdet nor
+mmseg; both build it as ``dict(type='xcit_dense.XCiT', ...)``.
 """
 import re
 from functools import partial
@@ -50,83 +46,67 @@ from .stem import ConvPatchEmbed
 
 @MODELS.register_module()
 class XCiT(BaseModule):
-    """XCiT backbone with a 4-level feature pyramid (the arguments in full,
-    with their examples: docs/backbone.md).
+    """XCiT backbone with a 4-level feature pyramid (every argument with its
+    examples: docs/backbone.md).
 
     Args:
         arch (str | None): Preset, named as timm's XCiT models without prefix
-            and resolution: one of ``ARCH_SETTINGS`` (``'nano_12_p16'``,
-            ``'small_12_p8'``, ``'medium_24_p16'``, ...). ``None`` builds
-            from the explicit arguments alone. Defaults to ``'small_12_p16'``.
-        patch_size (int, optional): 8 or 16. Overrides the preset.
-        embed_dim (int, optional): Token channels. Overrides the preset.
-        depth (int, optional): Number of XCA blocks. Overrides the preset.
-        num_heads (int, optional): XCA heads. Overrides the preset.
-        eta (float, optional): Layer-scale initial value. Overrides the preset.
+            and resolution (``'nano_12_p16'``, ``'small_12_p8'``, ...; see
+            ``ARCH_SETTINGS``); ``None``: the explicit arguments alone.
+            Defaults to ``'small_12_p16'``.
+        patch_size, embed_dim, depth, num_heads, eta (optional): Override
+            the preset: patch size (8 or 16), token channels, XCA blocks,
+            heads and the layer-scale initial value.
         mlp_ratio (float): MLP hidden width over ``embed_dim``. Defaults to 4.
         qkv_bias (bool): Bias in the query/key/value projection.
             Defaults to True.
         in_channels (int): Input image channels. Defaults to 3.
         out_indices (Sequence[int], optional): Four strictly increasing block
-            indices tapped for the levels of strides 4, 8, 16, 32.
-            Defaults to ``(3, 5, 7, 11)`` for depth 12 and
-            ``(7, 11, 15, 23)`` for depth 24. Blocks after the last tapped
-            one are not built.
+            indices tapped for the strides 4, 8, 16, 32. Defaults to
+            ``(3, 5, 7, 11)`` (depth 12), ``(7, 11, 15, 23)`` (depth 24);
+            blocks after the last one tapped are not built.
         out_levels (Sequence[int]): The levels returned, indices into the
-            strides 4, 8, 16, 32 (``(1, 2, 3)`` for a neck that takes three
-            maps); the other levels' resamplers are not built.
+            strides 4, 8, 16, 32; the others are not built.
             Defaults to ``(0, 1, 2, 3)``.
-        out_sizes (str): The levels' sizes for an ``H x W`` image:
-            ``'published'``, those of the published backbone
-            (facebookresearch/xcit: the token grid up-sampled or max-pooled
-            rounding down, nothing cropped), or ``'ceil'`` (ours): exactly
-            ``ceil(H / s) x ceil(W / s)`` at stride ``s``. The same for
-            sides that are multiples of 32. Defaults to ``'published'``.
-        drop_rate (float): Dropout after the positional encoding and in the
-            projections. Defaults to 0.
-        attn_drop_rate (float): Dropout on the XCA attention map.
-            Defaults to 0.
-        drop_path_rate (float): Stochastic depth rate, the same for every
-            block as in the published models. Defaults to 0.
+        out_sizes (str): ``'published'``: the levels' sizes of the published
+            backbone (facebookresearch/xcit: the token grid up-sampled or
+            max-pooled rounding down); ``'ceil'`` (ours): ``ceil(H / s) x
+            ceil(W / s)``. Equal for sides that are multiples of 32.
+            Defaults to ``'published'``.
+        drop_rate, attn_drop_rate, drop_path_rate (float): Dropout after the
+            positional encoding and in the projections, on the attention
+            map, and stochastic depth (the same for every block, as
+            published). Default to 0.
         use_pos_embed (bool): Add the Fourier positional encoding.
             Defaults to True.
         norm_cfg (dict): Normalisation of the stem, the local patch
-            interaction and the pyramid. Defaults to ``dict(type='BN')``;
-            ``dict(type='SyncBN')`` for multi-GPU training.
-        frozen_stages (int): ``-1`` freezes nothing; ``0`` the stem (patch
-            embedding and positional encoding); ``k > 0`` the stem and the
-            first ``k`` blocks (no gradient, BatchNorm statistics kept).
-            Defaults to -1.
+            interaction and the pyramid. Defaults to ``dict(type='BN')``.
+        frozen_stages (int): ``-1`` nothing frozen; ``0`` the stem and the
+            positional encoding; ``k > 0`` those and the first ``k``
+            blocks. Defaults to -1.
         norm_eval (bool): Keep every BatchNorm in eval mode during training.
             Defaults to False.
-        with_cp (bool): Gradient checkpointing of the blocks: less memory,
-            same gradients, more compute. Defaults to False.
+        with_cp (bool): Gradient checkpointing per block. Defaults to False.
         compile_cfg (bool | str | dict, optional): ``torch.compile`` the
             forward on its first call: ``True``, a dict of its arguments, or
-            ``'auto'`` (the recipes'): where the policy lists it as faster
-            (:data:`xcit_dense.models.policy.COMPILE`). A failure logs one
-            warning and runs eagerly from then on. Defaults to None (eager).
+            ``'auto'`` (where :data:`~.policy.COMPILE` lists it as faster);
+            a failure warns once and runs eagerly. Defaults to None.
         autocast_dtype (str, optional): ``'bfloat16'`` or ``'float16'``:
             the backbone under ``torch.autocast``, returning float32 maps
             (bf16 on a CPU without native bf16 runs in fp32, saying so
             once). Defaults to None (the caller's dtype).
-        fast_path (bool | str): ``True``: each part takes its fast path
-            where the policy says it pays (:data:`~.policy.POLICY`);
-            ``'always'``: wherever it can run; ``False``: the
-            straightforward computation everywhere (the same outputs to
-            1e-4 in fp32). Defaults to True.
-        cuda_graphs (bool | str): Replay the backbone on CUDA from CUDA
-            graphs (:mod:`.execution.cuda_graphs`): ``True`` inference,
-            ``'train'`` training steps too, ``'auto'`` (the recipes') what
-            :data:`~.policy.GRAPHS` lists for the device. Defaults to False.
-        init_cfg (dict | list[dict], optional): mmengine initialisation
-            config. ``dict(type='Pretrained', checkpoint=PATH)`` imports an
-            official, timm, DINO or xcit-dense checkpoint strictly
-            (:mod:`xcit_dense.checkpoint`; ``prefix`` and
-            ``checkpoint_key`` as mmengine's and DINO's).
+        fast_path (bool | str): ``True``: each part's fast path where
+            :data:`~.policy.POLICY` says it pays; ``'always'``: wherever it
+            can run; ``False``: the straightforward computation everywhere.
+            Defaults to True.
+        cuda_graphs (bool | str): Replay on CUDA from CUDA graphs: ``True``
+            inference, ``'train'`` training steps too, ``'auto'`` what
+            :data:`~.policy.GRAPHS` lists. Defaults to False.
+        init_cfg (dict | list[dict], optional): mmengine's; a
+            ``'Pretrained'`` entry imports an official, timm, DINO or
+            xcit-dense checkpoint strictly (:mod:`xcit_dense.checkpoint`).
         pretrained (str, optional): Deprecated, as in mmdet's and mmseg's
-            backbones: ``init_cfg=dict(type='Pretrained',
-            checkpoint=pretrained)``. Defaults to None.
+            backbones: ``init_cfg=dict(type='Pretrained', checkpoint=...)``.
     """
 
     out_strides: Tuple[int, ...] = OUT_STRIDES
@@ -202,8 +182,8 @@ class XCiT(BaseModule):
         self._freeze_stages()
 
     def _add_blocks(self, count: int, **block_args) -> None:
-        """The XCA blocks up to the last one tapped (those after it would
-        not contribute), their linear layers initialised as timm's."""
+        """The XCA blocks up to the last one tapped, their linear layers
+        initialised as timm's."""
         self.blocks = nn.ModuleList(
             XCABlock(self.embed_dim, norm_cfg=self.norm_cfg,
                      norm_layer=partial(nn.LayerNorm, eps=1e-6),
@@ -229,8 +209,7 @@ class XCiT(BaseModule):
         return any(getattr(blk, 'with_cp', False) for blk in self.blocks)
 
     def set_fast_path(self, enabled: Union[bool, str] = True) -> None:
-        """The fast-path switch of every part of this model (the
-        ``fast_path`` argument: ``True``, ``'always'`` or ``False``);
+        """Every part's fast-path switch (the ``fast_path`` argument);
         :func:`xcit_dense.fast_path` switches all models at once."""
         self.fast_path = check_fast_path_setting(enabled)
         for module in self.modules():
@@ -239,16 +218,14 @@ class XCiT(BaseModule):
 
     @property
     def resamplers(self) -> List[nn.Module]:
-        """The resamplers of the levels returned, ``fpn1`` (stride 4) to
-        ``fpn4`` (stride 32)."""
+        """The resamplers of the levels returned (``fpn1`` ... ``fpn4``)."""
         return [getattr(self, f'fpn{level + 1}') for level in self.out_levels]
 
     # ------------------------------------------------------------ forward
     @property
     def in_channels(self) -> int:
-        """Channels of the images the backbone takes: those of its stem's
-        first convolution (a stem replaced or edited is asked, not the
-        constructor's ``in_channels``)."""
+        """Channels of the images taken: those of the stem's first
+        convolution (a stem replaced or edited is asked)."""
         return next(m.in_channels for m in self.patch_embed.modules()
                     if isinstance(m, nn.Conv2d))
 
@@ -336,12 +313,10 @@ class XCiT(BaseModule):
 
     def layer_id(self, name: str) -> int:
         """Depth of the parameter ``name`` (relative to the backbone) for
-        layer-wise learning-rate decay, as in BEiT and ViTDet: the stem and
-        the positional encoding are layer 0, block ``i`` is layer ``i + 1``,
-        everything else (the pyramid, a detector's neck and heads, and any
-        name not under a numbered block, as timm's layer-decay groups leave
-        the names its matchers miss) is the top, :attr:`num_layers` ``+ 1``.
-        """
+        layer-wise learning-rate decay, as in BEiT and ViTDet: 0 for the stem
+        and the positional encoding, ``i + 1`` for block ``i``, the top
+        (:attr:`num_layers` ``+ 1``) for everything else (the pyramid, a
+        detector's neck and heads, any other name, as timm's groups do)."""
         if name.startswith(('patch_embed.', 'pos_embed.')):
             return 0
         block = re.match(r'blocks\.(\d+)(\.|$)', name)
@@ -356,10 +331,9 @@ class XCiT(BaseModule):
 
     # ------------------------------------------------------------ weights
     def init_weights(self) -> None:
-        """Initialise as mmengine's modules do (``init_cfg``: one dict or a
-        list of them); a ``'Pretrained'`` entry, applied after the others
-        as mmengine orders them, imports its checkpoint strictly (never a
-        silent partial load; :mod:`xcit_dense.checkpoint`)."""
+        """mmengine's initialisation (``init_cfg``); a ``'Pretrained'``
+        entry, applied after the others as mmengine orders them, imports its
+        checkpoint strictly (:mod:`xcit_dense.checkpoint`)."""
         others, pretrained = split_pretrained(self.init_cfg)
         if pretrained is None:
             return super().init_weights()

@@ -35,17 +35,15 @@ def skip_collections_at_exit() -> None:
     runs over every object while it shuts down.
 
     A process that imported torch, timm, mmengine, mmdet and mmseg holds
-    millions of objects; collecting them at exit takes a tool about a
-    second after its last line (2-core AMD EPYC: ``import xcit_dense``
-    alone 4.3 s a process, 3.4 s with this; a tiny ``tools/train.py`` run
-    12.8 s, 11.6 s). Freezing them once the tool is done (``gc.freeze``,
-    at exit: after the tool's own code and ``finally`` blocks, before the
+    millions of objects; collecting them at exit takes a tool about a second
+    after its last line. Freezing them once the tool is done (``gc.freeze``, at
+    exit: after the tool's own code and ``finally`` blocks, before the
     interpreter's shutdown) skips that; objects are still freed as their
-    references go, files closed and loggers flushed, and the operating
-    system takes back the memory. Only a reference cycle still alive at
-    exit is not collected, which the interpreter does not promise to
-    collect either. Registered once per process, so calling it again (a
-    test running several tools in its process) adds nothing."""
+    references go, files closed and loggers flushed, and the operating system
+    takes back the memory. Only a reference cycle still alive at exit is not
+    collected, which the interpreter does not promise to collect either.
+    Registered once per process, so calling it again (a test running several
+    tools in its process) adds nothing."""
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
@@ -53,9 +51,8 @@ def skip_collections_at_exit() -> None:
 def run_cli(main) -> None:
     """Run a tool's ``main``; bad input ends it with one paragraph; the
     collections of its run skip what the process held when it started (the
-    imports, ``gc.freeze``: a tiny ``tools/train.py`` run spent 2.5 to 3.7 s
-    in them, now 1.0 to 1.9 s), and its process ends without collecting
-    (:func:`skip_collections_at_exit`).
+    imports, ``gc.freeze``: they would walk them again and again), and its
+    process ends without collecting (:func:`skip_collections_at_exit`).
 
     Without the warning setuptools >= 80.9 gives on each import of
     ``pkg_resources`` (mmengine 0.10's ``package_utils`` imports it in the

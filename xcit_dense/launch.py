@@ -4,10 +4,8 @@ process with that process's status and one line.
 Run as a script by its path (``python xcit_dense/launch.py TORCHRUN_ARGS``):
 it imports nothing of this package, so the launcher, which only starts and
 watches the processes, does not pay for the package's models, timm and
-mmengine's runner (on a 2-core Intel Xeon, importing the launcher from
-the package took 4.5 to 5.0 s against torch's launcher alone, 1.8 s; the
-two-process interruption test, three launches, 37.0 -> 29.5 s). The
-processes it starts import what they run.
+mmengine's runner (a few seconds a launch). The processes it starts import
+what they run.
 """
 import os.path as osp
 import sys

@@ -53,9 +53,9 @@ _SAID = set()  # the requests that have said they run in fp32 here
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 in hardware (one of
     :data:`NATIVE_BF16_FEATURES`, as PyTorch's probe finds it). Without,
-    bf16 autocast costs several times fp32's time (XCiT-S12/16 at 256x384
-    on a 2-core AMD EPYC with AVX2 alone: 1.95 s under bf16 autocast, 0.23 s
-    in fp32). True where PyTorch cannot tell: bf16 then runs as asked."""
+    bf16 autocast costs several times fp32's time (docs/performance.md,
+    "bf16 on the CPU"). True where PyTorch cannot tell: bf16 then runs as
+    asked."""
     features = _cpu_features()
     return features is None or any(
         features.get(name) is True for name in NATIVE_BF16_FEATURES)

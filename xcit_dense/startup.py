@@ -4,13 +4,11 @@ collector walking them.
 Importing torch, timm and mmengine creates a few hundred thousand objects
 that live as long as the process. CPython's collector runs a full
 collection each time the long-lived objects have grown by a quarter, so
-while they accumulate it walks all of them again and again: ``import
-xcit_dense`` ran 942 collections, 6 of them full, and now 4 (2-core Intel
-Xeon, 2026-11-27, six new interpreters each, in turn: 1.3 -> 0.5 s in
-collections, the import 6.4 -> 4.7 s, medians). Nothing is lost by pausing
-it there: the imports' objects are not garbage, and what cyclic garbage
-they leave is found by the first collection after, which looks at
-everything allocated in the pause."""
+while they accumulate it walks all of them again and again (hundreds of
+collections during ``import xcit_dense``; a handful with the pause).
+Nothing is lost by pausing it there: the imports' objects are not garbage,
+and what cyclic garbage they leave is found by the first collection after,
+which looks at everything allocated in the pause."""
 import contextlib
 import gc
 from typing import Iterator

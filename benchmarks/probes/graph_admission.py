@@ -7,7 +7,7 @@ stand-in for the capture (no GPU: the counts are the policy's, not a
 timing), once as it is (a new input captured only if it came
 ``ADMISSION`` times as often as the least used kept graph's, which it
 replaces) and once with every recurring input captured and the least
-recently used graph dropped (before 2026-11-26). Each row counts
+recently used graph dropped (the rule admission replaced). Each row counts
 captures, replays and eager calls, and prices them in eager forwards: a
 replay 0.30 (AMP inference of XCiT-S12/16 at 800x1344 on the H200, 3.7 ms
 against 12.4 ms eagerly, docs/performance.md), a capture ``--capture``

@@ -14,22 +14,17 @@ form. What stays in floating point, and why:
   (``float_matmuls``): both operands are computed, so both would need
   calibrated ranges, and the attention over channels is a softmax of
   L2-normalised products scaled by a learned temperature, where an error in
-  one product moves every weight of its row (measured on the COCO demo:
-  quantizing them as well costs 0.006 more bbox mAP, 0.309 against 0.315;
-  on the ADE20K demo nothing, mIoU 46.68 against 46.66);
+  one product moves every weight of its row (quantized, they cost the COCO
+  demo model bbox mAP);
 * the heads' last layers (``prediction_layers``: mmdet's ``rpn_cls``,
   ``rpn_reg``, ``fc_cls``, ``fc_reg``, ``conv_logits``, mmseg's
   ``conv_seg``), a few small layers whose outputs are the scores and box
-  offsets themselves: measured on the COCO demo (100 images), quantizing
-  them too costs 0.003 more bbox mAP (0.312 against 0.315, fp32 0.319) and
-  finds fewer of the fp32 model's detections (88.7 % against 90.3 % at box
-  IoU >= 0.75);
+  offsets themselves: quantized, they cost the COCO demo model bbox mAP
+  and some of the fp32 model's detections;
 * the first layer that reads the image (``first_layers``: the stem's first
   convolution, ``patch_embed.proj.0``), by the same rule as the last ones:
-  on the COCO demo trained with seed 1 (bbox mAP 0.304 in fp32) quantizing
-  that one convolution alone cost 0.12 bbox mAP (0.185), every other layer
-  together nothing (0.319); a COCO demo model trained on an Intel Xeon,
-  0.298 in fp32, lost 0.05 with it quantized;
+  quantized, that one convolution cost the COCO demo models more bbox mAP
+  than every other layer together;
 * the layers of the modules the user names (``--int8-keep-float``);
 * every operator that is not in ``QUANTIZED_OPS``: XCA's L2 normalisation
   and softmax, LayerNorm, GELU, the Fourier positional encoding, and all of

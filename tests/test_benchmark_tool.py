@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import run_tool_here
+from conftest import NARROW_MASK_RCNN_OPTIONS, run_tool_here
 
 
 def _run(tmp_path, *args):
@@ -36,7 +36,41 @@ def _rows(run):
     return {row['name']: row for row in run['rows']}
 
 
-def test_backbone_variants_and_ratios(tmp_path):
+@pytest.fixture
+def shallow_nano(monkeypatch):
+    """XCiT-N12/16 four blocks deep (a tap each) in this process: what the
+    rows check of the tool does not depend on the depth; their ONNX export
+    takes about half a second per block."""
+    from xcit_dense.models import ARCH_SETTINGS
+    monkeypatch.setitem(ARCH_SETTINGS, 'nano_12_p16',
+                        dict(ARCH_SETTINGS['nano_12_p16'], depth=4))
+
+
+@pytest.fixture
+def small_recipes(monkeypatch):
+    """The detector's and segmentor's recipes in this process with their
+    XCiT-S12 four blocks deep and their necks and heads 32 wide: what the
+    training rows check of the tool (an iteration with the recipe's
+    optimizer wrapper, the rows and runs recorded) does not depend on
+    their sizes, three quarters of their steps' time does."""
+    from benchmarks.harness import builders
+    recipe = builders.recipe_config
+    shallow = {'model.backbone.depth': 4,
+               'model.backbone.out_indices': (0, 1, 2, 3)}
+    narrow = {
+        'mask_rcnn_xcit_s12': {k: int(v) for k, v in (
+            o.split('=') for o in NARROW_MASK_RCNN_OPTIONS)},
+        'upernet_xcit_s12': {'model.decode_head.channels': 32,
+                             'model.auxiliary_head.channels': 32}}
+
+    def small(base):
+        cfg = recipe(base)
+        cfg.merge_from_dict({**shallow, **narrow[base]})
+        return cfg
+    monkeypatch.setattr(builders, 'recipe_config', small)
+
+
+def test_backbone_variants_and_ratios(tmp_path, shallow_nano):
     results, table = _run(
         tmp_path, '--models', 'xcit_nano_12_p16@reference',
         'xcit_nano_12_p16', 'xcit_nano_12_p16@onnxruntime',
@@ -165,7 +199,8 @@ def test_executed_multiply_adds_are_the_rows_own():
     assert executed((256, 192), 'amp') == large
 
 
-def test_training_steps_of_backbone_detector_and_segmentor(tmp_path):
+def test_training_steps_of_backbone_detector_and_segmentor(tmp_path,
+                                                          small_recipes):
     # AMP on the backbone: on a CPU without native bf16 (no AVX512-BF16 /
     # AMX) UperNet's wide 3x3 convolutions in bf16 take PyTorch's slow
     # im2col path, 20 s a step at 64x64

@@ -449,7 +449,7 @@ def test_benchmark_out_dir_that_is_a_file(tmp_path):
     assert 'is a file; --out-dir names the folder to write.' in proc.stderr
 
 
-def test_benchmark_rejects_bad_names(tmp_path):
+def test_benchmark_rejects_bad_names(tmp_path, small_recipes):
     import runpy
 
     from conftest import REPO

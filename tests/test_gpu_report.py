@@ -353,7 +353,7 @@ def test_amp_gradients_rows_on_the_cpu(tiny_coco, tmp_path):
         # runs in fp32: tests/test_pixel_decoder.py)
         'model.panoptic_head.pixel_decoder.type=mmdet.'
         'MSDeformAttnPixelDecoder',
-        'train_dataloader.batch_size=2', 'train_dataloader.num_workers=0',
+        'train_dataloader.batch_size=1', 'train_dataloader.num_workers=0',
         'train_dataloader.persistent_workers=False',
         f'train_dataloader.dataset.data_root={tiny_coco}/')
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -39,8 +39,9 @@ def _rows(run):
 @pytest.fixture
 def shallow_nano(monkeypatch):
     """XCiT-N12/16 four blocks deep (a tap each) in this process: what the
-    rows check of the tool does not depend on the depth; their ONNX export
-    takes about half a second per block."""
+    tests check of the tool's rows (routes and their counts, precisions'
+    differences, exports, ratios) does not depend on the depth, their time
+    does (an ONNX export: half a second per block)."""
     from xcit_dense.models import ARCH_SETTINGS
     monkeypatch.setitem(ARCH_SETTINGS, 'nano_12_p16',
                         dict(ARCH_SETTINGS['nano_12_p16'], depth=4))
@@ -159,7 +160,7 @@ def test_cpu_description_reads_linux_cpuinfo(monkeypatch, tmp_path):
         ' (NVIDIA H200; host Intel(R) Xeon(R) Processor (')
 
 
-def test_bf16_row_measured_against_the_fp32_reference(tmp_path):
+def test_bf16_row_measured_against_the_fp32_reference(tmp_path, shallow_nano):
     """``@bf16`` (the backbone under its bf16 autocast): its outputs'
     difference to the fp32 straightforward computation on the same weights
     is bf16's rounding, not zero and not more (one measurement, in this
@@ -175,7 +176,7 @@ def test_bf16_row_measured_against_the_fp32_reference(tmp_path):
     assert row['executed_gmac_per_image'] > 0
 
 
-def test_executed_multiply_adds_are_the_rows_own():
+def test_executed_multiply_adds_are_the_rows_own(shallow_nano):
     """Each XCiT row counts what its own variant executes. XCiT-N12/16 at
     64x96 has 24 tokens per image (0.19 C): the default policy leaves XCA's
     second moments out and executes what the straightforward computation

@@ -2,6 +2,7 @@
 testing, drawing, and clear errors on bad input (two-process training:
 test_interruptions.py)."""
 import collections
+import copy
 import pickle
 import re
 
@@ -87,37 +88,35 @@ def test_the_runner_customises_no_call_below_a_part(trained):
     assert not any(customised for _, customised in looks), looks
 
 
-def test_resume_continues_with_same_state(trained, tmp_path):
+def test_resume_continues_with_same_state(trained, tmp_path, monkeypatch):
+    """From the command line: resuming restores the iteration and the
+    optimizer state (as loaded, before the next step), continues at the
+    saved iteration, to a last checkpoint (one iteration: the fixture's
+    iter_4.pth is left as it is)."""
     cfg, work, *_ = trained
     ckpt = torch.load(work / 'iter_2.pth', weights_only=True)  # the default
     assert ckpt['meta']['iter'] == 2
-    # In-process: resuming restores the iteration and the optimizer state.
-    from mmengine.config import Config
     from mmengine.runner import Runner
+    resumed_state = []
+    load_or_resume = Runner.load_or_resume
 
-    import xcit_dense  # noqa: F401  (allow-lists mmengine's types)
-    config = Config.fromfile(str(cfg))
-    config.work_dir = str(tmp_path / 'resumed')
-    config.resume, config.load_from = True, str(work / 'iter_2.pth')
-    config.train_cfg.max_iters = 2  # nothing left to train: state only
-    config.optim_wrapper.type = 'OptimWrapper'
-    config.sync_bn = None
-    runner = Runner.from_cfg(config)
-    runner.train()
-    assert runner.iter == 2
-    state = runner.optim_wrapper.state_dict()['state']
-    saved = ckpt['optimizer']['state']
-    assert state.keys() == saved.keys() and len(state) > 0
-    for k in saved:
-        torch.testing.assert_close(state[k]['exp_avg'], saved[k]['exp_avg'])
-    # From the command line: continues at the saved iteration, to a last
-    # checkpoint (one iteration: the fixture's iter_4.pth is left as it is)
+    def recorded(runner):
+        load_or_resume(runner)
+        resumed_state.append((runner.iter, copy.deepcopy(
+            runner.optim_wrapper.state_dict()['state'])))
+    monkeypatch.setattr(Runner, 'load_or_resume', recorded)
     resumed = tmp_path / 'resumed_cli'
     proc = run_tool_here('tools/train.py', cfg, '--work-dir', resumed,
                          '--resume', work / 'iter_2.pth', '--cfg-options',
                          'train_cfg.max_iters=3')
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
+    (at, state), = resumed_state
+    assert at == 2
+    saved = ckpt['optimizer']['state']
+    assert state.keys() == saved.keys() and len(state) > 0
+    for k in saved:
+        torch.testing.assert_close(state[k]['exp_avg'], saved[k]['exp_avg'])
     assert 'resumed epoch: 0, iter: 2' in out
     assert re.search(r'Iter\(train\) \[3/3\]', out)
     assert (resumed / 'iter_3.pth').is_file()

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from xcit_dense import fast_path
 from xcit_dense.models import policy, xca
-from xcit_dense.models.ops import xca_kernels
+from xcit_dense.models.ops import lpi_kernels, xca_kernels
 
 from conftest import logged
 from test_fast_path import assert_training_matches_reference, narrow
@@ -123,8 +123,12 @@ def test_kernels_in_half_precision_accumulate_in_fp32(interpreted, dtype,
 def kernels_on_the_cpu(interpreted, monkeypatch):
     """XCA takes its kernel path on the CPU too (probed before the tests
     count the kernels' calls, for fp32 heads of 16 and 32 channels with
-    gradients: XCA(32, num_heads=2)'s and the narrow backbone's)."""
+    gradients: XCA(32, num_heads=2)'s and the narrow backbone's). LPI
+    there on its straightforward computation: its kernels, interpreted,
+    take most of a block's time, and tests/test_lpi_kernels.py runs
+    the backbone on them."""
     monkeypatch.setattr(policy, 'KERNEL_DEVICES', ('cpu', 'cuda'))
+    monkeypatch.setattr(lpi_kernels, 'works', lambda *_: False)
     for head_dim in (16, 32):
         assert xca_kernels.works(torch.device('cpu'), torch.float32,
                                  head_dim)
@@ -132,9 +136,10 @@ def kernels_on_the_cpu(interpreted, monkeypatch):
 
 def test_backbone_on_the_kernels_matches_the_straightforward_one(
         kernels_on_the_cpu, monkeypatch):
-    """The whole backbone in training mode with XCA on the kernels (the
-    other parts on their CPU fast paths): outputs and every parameter's
-    gradient as the straightforward computation's."""
+    """The whole backbone in training mode with XCA on the kernels (LPI
+    on its straightforward computation, see :func:`kernels_on_the_cpu`):
+    outputs and every parameter's gradient as the straightforward
+    computation's."""
     calls = []
     attention = xca_kernels.attention
     monkeypatch.setattr(xca_kernels, 'attention',

@@ -497,8 +497,9 @@ def test_backbone_init_cfg_from_a_url(loopback, tmp_path, monkeypatch):
     loaded.init_weights()
     cached = tmp_path / 'hub' / 'checkpoints' / 'xcit_nano_test.pth'
     expected = torch.load(cached, weights_only=True)['model']
+    state = loaded.state_dict()
     for key, value in expected.items():
-        assert torch.equal(loaded.state_dict()[key], value), key
+        assert torch.equal(state[key], value), key
 
 
 def test_url_that_fails_is_one_paragraph(loopback, coco_pair, tmp_path):

@@ -72,14 +72,24 @@ def test_preset_matches_timm(arch):
     assert torch.all(shrunk.blocks[0].gamma1 == eta)
 
 
-@pytest.mark.parametrize('arch', sorted(ARCH_SETTINGS))
-def test_pyramid_shapes(arch):
-    """The pyramid's shapes of every preset at every size: computed for the
+@pytest.fixture(scope='module')
+def pyramid_runs():
+    """The pyramid's outputs of a shrunk preset at each of :data:`SIZES`,
+    by the settings the shrunk model depends on (depth and eta apart, the
+    presets of 12 and of 24 blocks shrink to the same model)."""
+    return {}
+
+
+def pyramid_outputs(arch, runs):
+    """:func:`tiny`'s ``arch`` at each of :data:`SIZES`: computed for the
     presets up to 192 wide, on fake tensors (shapes without values, the
     same code on the CPU) for the wider, whose computation at these sizes
-    takes seconds and shows no other shapes."""
-    dim, patch = (ARCH_SETTINGS[arch][k] for k in ('embed_dim', 'patch_size'))
-    wide = dim > 192
+    takes seconds and shows no other shapes; one run per shrunk model."""
+    settings = ARCH_SETTINGS[arch]
+    key = tuple(settings[k] for k in ('embed_dim', 'num_heads', 'patch_size'))
+    if key in runs:
+        return runs[key]
+    wide = settings['embed_dim'] > 192
     fake = FakeTensorMode(allow_non_fake_inputs=True) if wide else \
         contextlib.nullcontext()
     with on_meta() if wide else contextlib.nullcontext():
@@ -87,9 +97,20 @@ def test_pyramid_shapes(arch):
     if wide:  # its parameters and buffers fake tensors on the CPU
         with fake:
             model.to_empty(device='cpu')
+    runs[key] = []
     for H, W in SIZES:
         with fake, torch.no_grad():
-            outs = model(torch.randn(1, 3, H, W))
+            runs[key].append(model(torch.randn(1, 3, H, W)))
+    return runs[key]
+
+
+@pytest.mark.parametrize('arch', sorted(ARCH_SETTINGS))
+def test_pyramid_shapes(arch, pyramid_runs):
+    """The pyramid's shapes of every preset at every size
+    (:func:`pyramid_outputs`)."""
+    dim, patch = (ARCH_SETTINGS[arch][k] for k in ('embed_dim', 'patch_size'))
+    wide = dim > 192
+    for (H, W), outs in zip(SIZES, pyramid_outputs(arch, pyramid_runs)):
         assert isinstance(outs[0], FakeTensor) == wide
         assert isinstance(outs, tuple) and len(outs) == 4
         for out, stride in zip(outs, STRIDES):

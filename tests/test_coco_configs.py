@@ -147,7 +147,7 @@ def _trains_and_predicts_or_runs(model, num_classes, path):
     assert len(runs_forward(model)) >= 4
 
 
-def _trains_and_predicts(model, num_classes, h=96, w=128):
+def _trains_and_predicts(model, num_classes, h=64, w=96):
     """A training step on two images (finite loss, gradients reach the
     backbone), then a prediction with masks at the image's size."""
     data = dict(inputs=[torch.randint(0, 255, (3, h, w), dtype=torch.uint8)

@@ -1,6 +1,7 @@
 """Every COCO config loads, builds and runs on a tiny input on the CPU (the
 backbone shrunk to 4 blocks): XCiT-S12's and the demos a training and an
 inference step, the other sizes a forward of the backbone (and neck)."""
+import functools
 
 import pytest
 import torch
@@ -14,6 +15,13 @@ from shrink import _stages, runs_forward, shrunk, trained_in_tests
 ALL = sorted((REPO / 'configs' / 'coco').glob('*.py'))
 MASK2FORMER = [p for p in ALL if 'mask2former_' in p.name]
 CONFIGS = [p for p in ALL if p not in MASK2FORMER]  # two-stage detectors
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(path):
+    """The config at ``path``, loaded once for the tests here (a Mask R-CNN
+    config serves three): they read it and change only copies."""
+    return Config.fromfile(str(path))
 
 
 def test_configs_found():
@@ -33,10 +41,8 @@ def test_cascade_configs_carry_convnext_settings(short):
     ConvNeXt cascade box heads, and the ConvNeXt configs' layer decay at the
     stem (0.7 ** 7) spread over XCiT's levels."""
     coco = REPO / 'configs' / 'coco'
-    cascade = Config.fromfile(
-        str(coco / f'cascade_mask_rcnn_xcit_{short}_p16_3x_coco.py'))
-    mask_rcnn = Config.fromfile(
-        str(coco / f'mask_rcnn_xcit_{short}_p16_3x_coco.py'))
+    cascade = _loaded(coco / f'cascade_mask_rcnn_xcit_{short}_p16_3x_coco.py')
+    mask_rcnn = _loaded(coco / f'mask_rcnn_xcit_{short}_p16_3x_coco.py')
     assert cascade.model.backbone == mask_rcnn.model.backbone
     assert cascade.model.type == 'CascadeRCNN'
     heads = cascade.model.roi_head.bbox_head
@@ -121,7 +127,7 @@ NARROW_HEAD = """feat_channels=64, out_channels=64,
 @pytest.mark.parametrize('path', CONFIGS, ids=lambda p: p.name)
 def test_config_builds_and_runs(path):
     from mmdet.registry import MODELS
-    cfg = Config.fromfile(str(path))
+    cfg = _loaded(path)
     assert cfg.default_scope == 'mmdet'
     backbone = cfg.model.backbone
     assert backbone.type == 'xcit_dense.XCiT'
@@ -174,9 +180,9 @@ def test_mask2former_config_builds_and_runs(path):
     shrunk (fewer queries, layers and loss points), without the 1024x1024
     batch padding of LSJ; the other sizes a forward of the backbone."""
     from mmdet.registry import MODELS
-    cfg = Config.fromfile(str(path))
-    mask_rcnn = Config.fromfile(str(path.parent / path.name.replace(
-        'mask2former_', 'mask_rcnn_').replace('_lsj_50e_', '_3x_')))
+    cfg = _loaded(path)
+    mask_rcnn = _loaded(path.parent / path.name.replace(
+        'mask2former_', 'mask_rcnn_').replace('_lsj_50e_', '_3x_'))
     assert cfg.model.backbone == mask_rcnn.model.backbone
     dim = mask_rcnn.model.neck.in_channels
     assert cfg.model.panoptic_head.in_channels == dim

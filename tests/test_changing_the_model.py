@@ -7,7 +7,6 @@ unchanged model with that branch's layer scale times ``s``, ...) and checks
 the fast model against it, in eval and in training.
 """
 import copy
-import functools
 from functools import partial
 
 import pytest
@@ -52,15 +51,27 @@ def outputs(model, x, mode):
 X = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(1))
 
 
-@functools.lru_cache(maxsize=None)
-def _randomized_once():
-    return randomized()  # never run: no state of a forward in it
+@pytest.fixture(scope='module')
+def _one_randomized():
+    """One :func:`randomized` model and its values as built."""
+    model = randomized()
+    return model, copy.deepcopy(model.state_dict())
 
 
-def randomized_copy():
-    """A copy of one :func:`randomized` model, for the tests that change
-    one each (a copy takes half the time of a build)."""
-    return copy.deepcopy(_randomized_once())
+@pytest.fixture
+def randomized_again(_one_randomized):
+    """The module's :func:`randomized` model for a test that customises a
+    module's call: its values as built (a call in training moves
+    BatchNorm's statistics), and afterwards no forward hook or instance
+    ``forward`` left (loading the values takes a fifth of a copy's time)."""
+    model, state = _one_randomized
+    model.load_state_dict(state)
+    yield model
+    for module in model.modules():
+        for hooks in (module._forward_hooks, module._forward_hooks_with_kwargs,
+                      module._forward_hooks_always_called):
+            hooks.clear()
+        module.__dict__.pop('forward', None)
 
 
 @pytest.mark.parametrize('mode', ['eval', 'train'])
@@ -333,15 +344,15 @@ HOOKED = ['patch_embed.proj.0.0', 'patch_embed.proj.0.1', 'patch_embed.proj.1',
 @pytest.mark.parametrize('mode', ['eval', 'train'])
 @pytest.mark.parametrize('how', ['hook', 'forward'])
 @pytest.mark.parametrize('name', HOOKED)
-def test_a_customised_call_runs_on_every_call_of_its_module(name, how,
-                                                           mode):
+def test_a_customised_call_runs_on_every_call_of_its_module(
+        name, how, mode, randomized_again):
     """A forward hook on any module of the backbone (a feature
     extractor's, Grad-CAM's, a FLOP counter's), or a ``forward`` set on
     the instance, is called as often, on inputs of the same shapes, as in
     the straightforward computation, and what it returns is that module's
     output: with one that halves it, the model computes what the
     straightforward one computes with it."""
-    model = randomized_copy()
+    model = randomized_again
     module = model.get_submodule(name)
     shapes = []
 

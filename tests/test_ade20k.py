@@ -123,7 +123,7 @@ default_hooks = dict(logger=dict(interval=1),
 
 
 def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
-    cfg = _config(tmp_path, tiny_ade20k)
+    cfg = _config(tmp_path, tiny_ade20k, max_iters=2)
     work = tmp_path / 'work'
     # --auto-scale-lr as mmdet's tools take it: the recipe's 16 images, 2 here
     proc = run_tool_here('tools/train.py', cfg, '--work-dir', work,
@@ -132,7 +132,7 @@ def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
     assert proc.returncode == 0, out[-3000:]
     assert 'LR is set based on batch size of 16 and the current batch size ' \
         'is 2. Scaling the original LR by 0.125.' in out
-    assert re.search(r'Iter\(train\) \[4/4\].*loss: [\d.]+', out)
+    assert re.search(r'Iter\(train\) \[2/2\].*loss: [\d.]+', out)
     for metric in ('aAcc', 'mIoU', 'mAcc'):
         assert re.search(rf'{metric}: [\d.]+', out), metric
     # tools/test.py writes label maps (--out) and drawings (--show-dir),
@@ -144,9 +144,9 @@ def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
     for part in ('images', 'annotations'):
         shutil.copytree(tiny_ade20k / part / 'validation',
                         test_only / part / 'validation')
-    test_only_cfg = _config(test_only, test_only)
+    test_only_cfg = _config(test_only, test_only, max_iters=2)
     preds, show = tmp_path / 'preds', 'shown'
-    proc = run_tool_here('tools/test.py', test_only_cfg, work / 'iter_4.pth',
+    proc = run_tool_here('tools/test.py', test_only_cfg, work / 'iter_2.pth',
                          '--work-dir', tmp_path / 'test', '--out', preds,
                          '--show-dir', show)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -160,14 +160,14 @@ def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
     # --show: a window per image (a stand-in for a display here), as in
     # mmseg's tools/test.py; with --show-dir too, one paragraph: mmseg's
     # hook saves nothing while it shows
-    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_2.pth',
                          '--work-dir', tmp_path / 'show', '--show',
                          '--wait-time', '0.01')
     assert proc.returncode == 0, proc.stderr[-3000:]
     images = sorted((tiny_ade20k / 'images' / 'validation').iterdir())
     # mmseg's window titles: the phase and the image's name
     assert sorted(windows) == [f'test_{p.name}' for p in images]
-    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_2.pth',
                          '--work-dir', tmp_path / 'both', '--show',
                          '--show-dir', show)
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr
@@ -175,7 +175,7 @@ def test_demo_trains_evaluates_and_tests(tiny_ade20k, tmp_path, windows):
         proc.stderr.splitlines()[-1]
     assert not (tmp_path / 'both').exists()
     # --out is a folder of label maps: a file there is one paragraph
-    proc = run_tool_here('tools/test.py', cfg, work / 'iter_4.pth',
+    proc = run_tool_here('tools/test.py', cfg, work / 'iter_2.pth',
                          '--work-dir', tmp_path / 'out_file', '--out',
                          maps[0])
     assert proc.returncode == 1 and 'Traceback' not in proc.stderr

@@ -26,10 +26,13 @@ def collected_after():
 
 @pytest.mark.parametrize('scope', ['mmdet', 'mmseg'])
 def test_build_from_scoped_config(scope, tmp_path):
+    """The registry of either scope builds the backbone (4 blocks: what
+    the registry does does not depend on the depth)."""
     path = tmp_path / 'cfg.py'
     path.write_text(f"""
 default_scope = '{scope}'
-model = dict(type='xcit_dense.XCiT', arch='nano_12_p8', drop_path_rate=0.1)
+model = dict(type='xcit_dense.XCiT', arch='nano_12_p8', drop_path_rate=0.1,
+             depth=4, out_indices=(0, 1, 2, 3))
 """)
     cfg = Config.fromfile(str(path))
     init_default_scope(scope)

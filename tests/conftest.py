@@ -281,11 +281,15 @@ NARROW_MASK_RCNN_OPTIONS = [
 #: collected, so that the workers finish together.
 LONGEST_FILES = (
     'test_export_onnx.py', 'test_interruptions.py', 'test_export_detector.py',
-    'test_benchmark_tool.py', 'test_lpi_kernels.py', 'test_heads_learn.py',
-    'test_ade20k.py', 'test_backbone.py', 'test_fast_path.py',
-    'test_export_rpn_ranking.py', 'test_integration.py',
-    'test_fast_path_policy.py', 'test_coco_configs.py', 'test_coco_tools.py',
-    'test_cuda_graphs_training.py', 'test_gpu_report.py',
+    'test_lpi_kernels.py', 'test_fast_path.py', 'test_export_rpn_ranking.py',
+    'test_benchmark_tool.py', 'test_fast_path_policy.py',
+    'test_heads_learn.py', 'test_ade20k.py', 'test_coco_tools.py',
+    'test_gpu_report.py', 'test_integration.py', 'test_backbone.py',
+    'test_coco_configs.py', 'test_changing_the_model.py',
+    'test_model_index.py', 'test_cuda_graphs_training.py',
+    'test_launches.py', 'test_second_derivatives.py', 'test_get_flops.py',
+    'test_checkpoint.py', 'test_recipe_hyperparameters.py',
+    'test_published_models.py', 'test_xca_kernels.py',
     'test_compile_kernels.py')
 
 

@@ -22,7 +22,8 @@ def runs_forward(model):
     return feats
 
 
-def _stages(value):
+def stages(value):
+    """A head config, or a cascade's list of them, as a list."""
     return value if isinstance(value, list) else [value]
 
 
@@ -51,9 +52,9 @@ def shrunk(model_cfg, **backbone):
     if cfg.get('roi_head'):
         cfg.train_cfg.rpn_proposal.max_per_img = 64
         cfg.test_cfg.rpn.max_per_img = 64
-        for stage in _stages(cfg.train_cfg.rcnn):
+        for stage in stages(cfg.train_cfg.rcnn):
             stage.sampler.num = 32
-        for head in _stages(cfg.roi_head.bbox_head):
+        for head in stages(cfg.roi_head.bbox_head):
             head.update(conv_out_channels=32, fc_out_channels=64)
         cfg.roi_head.mask_head.conv_out_channels = 32
     elif cfg.get('panoptic_head'):  # mmdet's Mask2Former
@@ -64,3 +65,52 @@ def shrunk(model_cfg, **backbone):
         shrink_mask2former(cfg.decode_head)
         cfg.data_preprocessor.size = (64, 96)
     return cfg
+
+
+def narrowed_detector(model_cfg, width=32):
+    """A two-stage detector's FPN, RPN and RoI features ``width`` wide (256
+    in the recipes; conftest's NARROW_MASK_RCNN, each stage of a cascade):
+    half a training step's time; what is checked does not depend on it."""
+    roi = model_cfg.roi_head
+    model_cfg.neck.out_channels = width
+    model_cfg.rpn_head.update(in_channels=width, feat_channels=width)
+    roi.bbox_roi_extractor.out_channels = width
+    roi.mask_roi_extractor.out_channels = width
+    for head in stages(roi.bbox_head) + stages(roi.mask_head):
+        head.in_channels = width
+    return model_cfg
+
+
+def narrowed_mask2former(head, width=64):
+    """A Mask2Former head's features, attention and positional encodings
+    ``width`` wide (256 in the recipes; FFNs twice that): half a training
+    step's time and most of the build's; the same modules and code paths
+    (the ADE20K tests narrow their segmentors' heads with it too)."""
+    head.update(feat_channels=width, out_channels=width)
+    encoder = head.pixel_decoder.encoder.layer_cfg
+    decoder = head.transformer_decoder.layer_cfg
+    for attn in (encoder.self_attn_cfg, decoder.self_attn_cfg,
+                 decoder.cross_attn_cfg):
+        attn.embed_dims = width
+    for ffn in (encoder.ffn_cfg, decoder.ffn_cfg):
+        ffn.update(embed_dims=width, feedforward_channels=2 * width)
+    head.pixel_decoder.positional_encoding.num_feats = width // 2
+    head.positional_encoding.num_feats = width // 2
+    return head
+
+
+#: the Mask2Former head's features, attention and positional encodings 64
+#: wide (256 in the demos; FFNs 128) as :func:`narrowed_mask2former` makes
+#: it, as a config's keyword arguments (the tools tests' demos)
+NARROW_HEAD = """feat_channels=64, out_channels=64,
+                positional_encoding=dict(num_feats=32),
+                transformer_decoder=dict(num_layers=3, layer_cfg=dict(
+                    self_attn_cfg=dict(embed_dims=64),
+                    cross_attn_cfg=dict(embed_dims=64),
+                    ffn_cfg=dict(embed_dims=64, feedforward_channels=128))),
+                pixel_decoder=dict(
+                    positional_encoding=dict(num_feats=32),
+                    encoder=dict(num_layers=1, layer_cfg=dict(
+                        self_attn_cfg=dict(embed_dims=64),
+                        ffn_cfg=dict(embed_dims=64,
+                                     feedforward_channels=128)))))"""

@@ -11,8 +11,12 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 from conftest import REPO, run_tool_here
-from shrink import runs_forward, shrunk, trained_in_tests
-from test_coco_configs import narrowed_mask2former
+from shrink import (
+    narrowed_mask2former,
+    runs_forward,
+    shrunk,
+    trained_in_tests,
+)
 
 CONFIGS = sorted((REPO / 'configs' / 'ade20k').glob('*.py'))
 DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'

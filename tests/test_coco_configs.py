@@ -10,7 +10,13 @@ from mmengine.registry import init_default_scope
 from mmengine.structures import InstanceData
 
 from conftest import REPO
-from shrink import _stages, runs_forward, shrunk, trained_in_tests
+from shrink import (
+    narrowed_detector,
+    narrowed_mask2former,
+    runs_forward,
+    shrunk,
+    trained_in_tests,
+)
 
 ALL = sorted((REPO / 'configs' / 'coco').glob('*.py'))
 MASK2FORMER = [p for p in ALL if 'mask2former_' in p.name]
@@ -75,55 +81,6 @@ def _sample(h, w, num_classes):
     return sample
 
 
-def narrowed(model_cfg, width=32):
-    """A two-stage detector's FPN, RPN and RoI features ``width`` wide (256
-    in the recipes; conftest's NARROW_MASK_RCNN, each stage of a cascade):
-    half a training step's time; what is checked does not depend on it."""
-    roi = model_cfg.roi_head
-    model_cfg.neck.out_channels = width
-    model_cfg.rpn_head.update(in_channels=width, feat_channels=width)
-    roi.bbox_roi_extractor.out_channels = width
-    roi.mask_roi_extractor.out_channels = width
-    for head in _stages(roi.bbox_head) + _stages(roi.mask_head):
-        head.in_channels = width
-    return model_cfg
-
-
-def narrowed_mask2former(head, width=64):
-    """A Mask2Former head's features, attention and positional encodings
-    ``width`` wide (256 in the recipes; FFNs twice that): half a training
-    step's time and most of the build's; the same modules and code paths
-    (the ADE20K tests narrow their segmentors' heads with it too)."""
-    head.update(feat_channels=width, out_channels=width)
-    encoder = head.pixel_decoder.encoder.layer_cfg
-    decoder = head.transformer_decoder.layer_cfg
-    for attn in (encoder.self_attn_cfg, decoder.self_attn_cfg,
-                 decoder.cross_attn_cfg):
-        attn.embed_dims = width
-    for ffn in (encoder.ffn_cfg, decoder.ffn_cfg):
-        ffn.update(embed_dims=width, feedforward_channels=2 * width)
-    head.pixel_decoder.positional_encoding.num_feats = width // 2
-    head.positional_encoding.num_feats = width // 2
-    return head
-
-
-#: the Mask2Former head's features, attention and positional encodings 64
-#: wide (256 in the demos; FFNs 128) as :func:`narrowed_mask2former` makes
-#: it, as a config's keyword arguments (the tools tests' demos)
-NARROW_HEAD = """feat_channels=64, out_channels=64,
-                positional_encoding=dict(num_feats=32),
-                transformer_decoder=dict(num_layers=3, layer_cfg=dict(
-                    self_attn_cfg=dict(embed_dims=64),
-                    cross_attn_cfg=dict(embed_dims=64),
-                    ffn_cfg=dict(embed_dims=64, feedforward_channels=128))),
-                pixel_decoder=dict(
-                    positional_encoding=dict(num_feats=32),
-                    encoder=dict(num_layers=1, layer_cfg=dict(
-                        self_attn_cfg=dict(embed_dims=64),
-                        ffn_cfg=dict(embed_dims=64,
-                                     feedforward_channels=128)))))"""
-
-
 #: the detectors built and run here, by config: a recipe and its short
 #: name share one, run once
 _RUN = set()
@@ -143,7 +100,7 @@ def test_config_builds_and_runs(path):
     if run in _RUN:
         return
     _RUN.add(run)
-    model_cfg = narrowed(shrunk(cfg.model))
+    model_cfg = narrowed_detector(shrunk(cfg.model))
     from xcit_dense.runner import replace_syncbn
     replace_syncbn(model_cfg)  # as tools/*.py do on the CPU
     init_default_scope('mmdet')

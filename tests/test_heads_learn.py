@@ -15,9 +15,13 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 
 from conftest import REPO, run_tool_here
-from shrink import shrunk
+from shrink import (
+    NARROW_HEAD,
+    narrowed_detector,
+    narrowed_mask2former,
+    shrunk,
+)
 from test_ade20k import _sample as seg_sample
-from test_coco_configs import NARROW_HEAD, narrowed, narrowed_mask2former
 from test_coco_configs import _sample as det_sample
 
 #: config, optimizer steps, the least metric of the predictions afterwards
@@ -44,7 +48,7 @@ def shrunk_model(cfg, width):
     from xcit_dense.toolkits import use_toolkit
     model_cfg = shrunk(cfg.model, drop_path_rate=0.)
     if model_cfg.get('roi_head'):
-        narrowed(model_cfg, width)
+        narrowed_detector(model_cfg, width)
     else:
         narrowed_mask2former(model_cfg.get('panoptic_head') or
                              model_cfg.decode_head, width)

@@ -13,7 +13,7 @@ from mmengine.structures import InstanceData
 from xcit_dense.tta import InstanceSegTTAModel
 
 from conftest import REPO, run_tool_here
-from test_coco_configs import NARROW_HEAD
+from shrink import NARROW_HEAD
 from test_export_detector import MASK_RCNN, TINY
 
 H, W = 20, 30

@@ -150,11 +150,14 @@ def _against_published(row, results: Results) -> str:
 
 def cpu_scaling(results: Results) -> str:
     """Inference time by input size (batch 1), from the CPU run with the
-    most sizes: each model's seconds and peak memory per size, and the
-    largest size's time over the one with a quarter of its pixels."""
+    most sizes (the newest of several): each model's seconds and peak
+    memory per size, and the largest size's time over the one with a
+    quarter of its pixels."""
     runs = {id(r.run): r.run for r in results.rows
             if r.machine.startswith('cpu-') and r['mode'] == 'infer'}
-    run = max(runs.values(), key=lambda run: len(_sizes(run)))
+    most = max(len(_sizes(run)) for run in runs.values())
+    run = res.newest(run for run in runs.values()
+                     if len(_sizes(run)) == most)
     sizes = sorted(_sizes(run), key=_pixels)
     found = {(r['name'], r['size']): r for r in results.rows
              if r.run is run and r['batch'] == 1}

@@ -235,6 +235,21 @@ def test_the_published_table_takes_the_run_recorded_last_on_its_date():
     assert '9.000 s' in table and '7.000 s' not in table, table
 
 
+def test_the_scaling_table_takes_the_newest_run_of_the_most_sizes():
+    """Of two runs at the most sizes, the newer (the older was the table's
+    pick); a newer run at fewer sizes is not a scaling run."""
+    def run(id, date, seconds, sizes=('64x64', '128x128')):
+        return dict(copy.deepcopy(RUN), id=id, date=date, rows=[
+            dict(RUN['rows'][1], id=f'm{size}', size=size, seconds=seconds)
+            for size in sizes])
+    doc = dict(machine=MACHINE, runs=[
+        run('old', '2026-01-02', 7.0), run('new', '2026-01-03', 9.0),
+        run('one size', '2026-01-04', 5.0, sizes=('64x64', ))])
+    table = tables.table('cpu-scaling', results_of(doc))
+    assert 'A CPU, 2026-01-03' in table and '| 9.00' in table, table
+    assert '7.00' not in table and '5.00' not in table, table
+
+
 def test_the_fingerprint_is_of_the_code_not_its_prose(tmp_path):
     models = tmp_path / 'xcit_dense' / 'models'
     models.mkdir(parents=True)

@@ -1,5 +1,5 @@
 """Whether the targets (``results/targets.json``) are met by the newest
-measurement of each on each machine.
+measurement of each on each machine (:func:`newest_row`).
 
 A target names the row it is judged on (``row``: the fields a results row
 must have, such as model, size, batch, mode, precision, variant), the
@@ -58,15 +58,31 @@ def machines_of(target: dict, docs: dict) -> list:
 
 
 def newest_row(target: dict, rows: list, machine: str):
-    """The newest row of ``machine`` that ``target`` is judged on (the
-    latest date; on one date, the run written last), or None."""
-    found = None
+    """The row of ``machine`` that ``target`` is judged on, or None: the
+    newest (the latest date; on one date, the run written last) of those
+    measured beside every baseline the target names (its aims' and
+    ``also``), else the newest of all. A run that timed the row for
+    another table (the sizes, say) does not stand in for the one that
+    compared it with the published code."""
+    found = complete = None
     for row in rows:
         if row.machine == machine and all(
-                row.get(k) == v for k, v in target['row'].items()) and (
-                found is None or row.run['date'] >= found.run['date']):
-            found = row
-    return found
+                row.get(k) == v for k, v in target['row'].items()):
+            if found is None or row.run['date'] >= found.run['date']:
+                found = row
+            if all(ratio_to(row, variant) for variant in baselines(target)
+                   ) and (complete is None or
+                          row.run['date'] >= complete.run['date']):
+                complete = row
+    return complete or found
+
+
+def baselines(target: dict) -> list:
+    """The variants ``target`` compares its row with: its aims' and
+    ``also``."""
+    named = [aim[key] for aim in target['aim'] for key in (
+        'speedup_over', 'peak_mem_over', 'activation_mem_over') if key in aim]
+    return list(dict.fromkeys(named + list(target.get('also', ()))))
 
 
 def ratio_to(row, variant: str):

@@ -223,6 +223,28 @@ def test_targets_are_judged_on_the_newest_row():
     assert row.run['id'] == 'later' and status(TARGET, row) == NOT_MET
 
 
+def test_targets_prefer_the_newest_row_beside_every_baseline_they_name():
+    """A later run that timed the row against the straightforward
+    computation alone does not replace the run beside the published code
+    for a target that shows both; a target that names only the
+    straightforward computation takes the later run."""
+    beside = copy.deepcopy(RUN)
+    beside['rows'].append(dict(RUN['rows'][0], id='pub', name='m@published',
+                               variant='published', seconds=3.0))
+    beside['rows'][1]['ratios'].append(dict(baseline='pub', speedup=3.0))
+    alone = copy.deepcopy(RUN)
+    alone.update(id='alone', date='2026-01-03')
+    doc = dict(machine=MACHINE, runs=[beside, alone])
+    rows = results_of(doc).rows
+    shown = dict(TARGET, also=['published'])
+    assert newest_row(shown, rows, 'cpu-test').run['id'] == 'run'
+    assert newest_row(TARGET, rows, 'cpu-test').run['id'] == 'alone'
+    # where no run compared it with all of them, the newest row
+    doc = dict(machine=MACHINE, runs=[RUN, alone])
+    assert newest_row(shown, results_of(doc).rows,
+                      'cpu-test').run['id'] == 'alone'
+
+
 def test_the_published_table_takes_the_run_recorded_last_on_its_date():
     """Two runs beside the published code on one day: the one appended
     last is the newest (the first was the table's pick)."""

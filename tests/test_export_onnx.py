@@ -3,6 +3,7 @@ a tiny backbone, a tiny UperNet and a tiny Semantic FPN, parity with the
 models as mmseg and the fast path run them, and what fails."""
 import re
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -189,29 +190,41 @@ def test_an_export_that_differs_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_upernet_export_predicts_what_mmseg_predicts(tmp_path, tiny_ade20k):
-    """The CLI with a checkpoint and --dynamic: strict loading, verification
-    at three sizes (the pyramid pooling's cells computed for each), and
-    labels equal to mmseg's own prediction (data preprocessor, whole
-    inference) for real images at the export size and an odd one; its INT8
-    file calibrated on the config's dataset, measured with mIoU against the
-    fp32 file's before it is written, and evaluated by tools/test.py."""
+@pytest.fixture(scope='module')
+def upernet_cli(tmp_path_factory, tiny_ade20k):
+    """The tiny UperNet exported by the CLI with a checkpoint, --dynamic and
+    --int8 calibrated on the config's dataset: its config, model,
+    checkpoint, fp32 and INT8 files and the tool's output."""
+    tmp = tmp_path_factory.mktemp('upernet_cli')
     config, model = build(UPERNET + f"""
 data_root = '{tiny_ade20k}/'
 test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
                        dataset=dict(data_root=data_root))
-""", tmp_path, 'upernet')
-    checkpoint = tmp_path / 'upernet.pth'
+""", tmp, 'upernet')
+    checkpoint = tmp / 'upernet.pth'
     torch.save(dict(state_dict=model.state_dict(), meta={}), checkpoint)
-    out = tmp_path / 'upernet.onnx'
+    out = tmp / 'upernet.onnx'
     proc = run_tool_here('tools/export_onnx.py', config, checkpoint, '--out',
                          out, '--shape', 64, 96, '--dynamic', '--int8',
                          '--calib', 2)
     assert proc.returncode == 0, proc.stderr
-    assert 'verified with onnxruntime at 64x96, 49x73, 32x32' in proc.stdout
-    # the INT8 file measured against the fp32 file on the test images after
-    # the calibration ones, with mIoU against the dataset's label maps
-    lines = proc.stdout.splitlines()
+    return SimpleNamespace(config=config, model=model, checkpoint=checkpoint,
+                           out=out, int8=tmp / 'upernet.int8.onnx',
+                           stdout=proc.stdout)
+
+
+def test_upernet_export_is_verified_at_three_sizes(upernet_cli):
+    """Strict loading of the checkpoint, verification at three sizes (the
+    pyramid pooling's cells computed for each)."""
+    assert 'verified with onnxruntime at 64x96, 49x73, 32x32' in \
+        upernet_cli.stdout
+
+
+def test_upernet_int8_is_measured_against_the_label_maps(upernet_cli):
+    """The INT8 file measured against the fp32 file on the test images after
+    the calibration ones, with mIoU against the dataset's label maps,
+    before it is written."""
+    lines = upernet_cli.stdout.splitlines()
     at = lines.index('INT8 vs fp32 on 2 held-out images of the test dataset '
                      '(items 2 to 3), against its label maps (IoUMetric):')
     miou = [float(re.search(r'  mIoU: (\d+\.\d+)  ', line)[1])
@@ -222,37 +235,46 @@ test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
     assert lines[at + 3] == (
         f'  lost: mIoU {miou[0] - miou[1]:.2f} points ({miou[0]:.2f} -> '
         f'{miou[1]:.2f}), within --int8-tolerance 1')
-    int8 = tmp_path / 'upernet.int8.onnx'
-    assert lines[at + 4] == f'wrote {int8}'
-    # without label maps the fp32 file's are the reference: it scores 100
+    assert lines[at + 4] == f'wrote {upernet_cli.int8}'
+
+
+def test_upernet_int8_without_label_maps_and_in_the_test_tool(upernet_cli,
+                                                              tmp_path):
+    """Without label maps the fp32 file's predictions are the reference (it
+    scores 100); tools/test.py evaluates the INT8 file."""
     from mmengine.config import Config
 
     from xcit_dense.deploy import int8_check, quantization
-    cfg = Config.fromfile(str(config))
+    cfg = Config.fromfile(str(upernet_cli.config))
     cfg.test_pipeline = cfg.test_dataloader.dataset.pipeline = [
         t for t in cfg.test_pipeline if t.type != 'LoadAnnotations']
     measured = int8_check.measure(
-        cfg, 'mmseg', quantization.test_dataset(cfg), [2, 3], str(out),
-        str(int8))
+        cfg, 'mmseg', quantization.test_dataset(cfg), [2, 3],
+        str(upernet_cli.out), str(upernet_cli.int8))
     assert measured['against'] == ("the fp32 file's predictions (its test "
                                    'pipeline loads no label maps)')
     fp32, quantized, _ = int8_check.losses(measured, 'mmseg')['mIoU']
     assert fp32 == 100 and 95 < quantized < 100
-    proc = run_tool_here('tools/test.py', config, int8, '--work-dir',
-                         tmp_path / 'test_int8')
+    proc = run_tool_here('tools/test.py', upernet_cli.config,
+                         upernet_cli.int8, '--work-dir', tmp_path / 'test')
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert 'mIoU' in proc.stdout + proc.stderr
 
+
+def test_upernet_file_predicts_what_mmseg_predicts(upernet_cli):
+    """Labels equal to mmseg's own prediction (data preprocessor, whole
+    inference) for images at the export size and an odd one, logits
+    within 1e-4."""
     from mmseg.structures import SegDataSample
-    session = onnxruntime_session(str(out))
+    session = onnxruntime_session(str(upernet_cli.out))
     for h, w in [(64, 96), (53, 71)]:
         image = torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
                               generator=torch.Generator().manual_seed(5))
         sample = SegDataSample(metainfo=dict(ori_shape=(h, w),
                                              img_shape=(h, w)))
         with torch.no_grad():
-            pred = model.test_step(dict(inputs=[image],
-                                        data_samples=[sample]))
+            pred = upernet_cli.model.test_step(dict(inputs=[image],
+                                                    data_samples=[sample]))
         logits, labels = session.run(
             None, {'input': image[None].float().numpy()})
         assert labels.dtype == np.int64
@@ -261,14 +283,19 @@ test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
         ref = pred[0].seg_logits.data.numpy()
         assert np.abs(logits[0] - ref).max() <= 1e-4 * np.abs(ref).max()
 
-    # the exported file drawn without the mm model, on both runtimes: the
-    # picture of the PyTorch model
+
+def test_upernet_file_drawn_as_the_pytorch_model_draws(upernet_cli,
+                                                       tmp_path):
+    """tools/demo.py draws the exported file without the mm model, on both
+    runtimes, as it draws the PyTorch model; a file without labels to draw
+    and a checkpoint given with a file are refused in one line."""
     import cv2
     image = tmp_path / 'image.png'
     cv2.imwrite(str(image), np.random.default_rng(2).integers(
         0, 256, (53, 71, 3), dtype=np.uint8))
+    out = upernet_cli.out
     drawn = {}
-    for name, args in [('torch', (config, checkpoint)),
+    for name, args in [('torch', (upernet_cli.config, upernet_cli.checkpoint)),
                        ('onnxruntime', (out, )),
                        ('openvino', (out, '--runtime', 'openvino'))]:
         proc = run_tool_here('tools/demo.py', image, *args, '--out',
@@ -278,26 +305,29 @@ test_dataloader = dict(batch_size=1, num_workers=0, persistent_workers=False,
     assert 'label map (openvino) drawn to' in proc.stdout
     assert np.array_equal(drawn['onnxruntime'], drawn['torch'])
     assert np.array_equal(drawn['openvino'], drawn['torch'])
-    # a file without labels to draw, and a checkpoint given with a file
-    from onnx import TensorProto, helper
-
     from xcit_dense.deploy import read_metadata
     assert read_metadata(str(out))['xcit_dense.graph'] == 'SegmentorGraph'
-    backbone = tmp_path / 'bb.onnx'  # what a --backbone-only export records
+    for args, message in [((_feature_graph_file(tmp_path), ),
+                           'holds a FeatureGraph: only a whole segmentor'),
+                          ((out, upernet_cli.checkpoint),
+                           'holds its weights: give no CHECKPOINT')]:
+        proc = run_tool_here('tools/demo.py', image, *args, '--out',
+                             tmp_path / 'x.png')
+        assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+
+
+def _feature_graph_file(tmp_path):
+    """An ONNX file recorded as a --backbone-only export's (FeatureGraph)."""
+    from onnx import TensorProto, helper
+    path = tmp_path / 'bb.onnx'
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1])
           for n in ('input', 'feat0')]
     file = helper.make_model(helper.make_graph(
         [helper.make_node('Identity', ['input'], ['feat0'])], 'g', io[:1],
         io[1:]))
     helper.set_model_props(file, {'xcit_dense.graph': 'FeatureGraph'})
-    onnx.save(file, str(backbone))
-    for args, message in [((backbone, ), 'holds a FeatureGraph: only a '
-                           'whole segmentor'),
-                          ((out, checkpoint), 'holds its weights: give no '
-                           'CHECKPOINT')]:
-        proc = run_tool_here('tools/demo.py', image, *args, '--out',
-                             tmp_path / 'x.png')
-        assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+    onnx.save(file, str(path))
+    return path
 
 
 @pytest.mark.parametrize('cells', [1, 2, 3, 6, (2, 5)])

@@ -71,10 +71,11 @@ def exported_detector(tmp_path_factory, tiny_coco):
     return config, checkpoint, model, out, proc.stdout
 
 
-def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
-                                                       tmp_path):
+def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector):
+    """Verified against mmdet's predict at the export size, two others
+    (--dynamic) and on the test dataset's images; standard operators
+    only."""
     config, checkpoint, model, out, stdout = exported_detector
-    # the export size, two others (--dynamic) and the test dataset's images
     verified = next(line for line in stdout.splitlines()
                     if line.startswith('verified with onnxruntime'))
     assert verified.startswith(
@@ -89,7 +90,12 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
     assert {('', 'NonMaxSuppression'), ('', 'RoiAlign'),
             ('', 'TopK')} <= ops
 
-    # drawn from the file on both runtimes as the PyTorch model draws it
+
+def test_mask_rcnn_file_drawn_as_the_pytorch_model_draws(exported_detector,
+                                                         tmp_path):
+    """Both runtimes predict mmdet's detections from the file, and
+    tools/demo.py draws them as it draws the PyTorch model's."""
+    config, checkpoint, model, out, _ = exported_detector
     import cv2
     from mmdet.apis import inference_detector
 
@@ -123,8 +129,12 @@ def test_mask_rcnn_export_predicts_what_mmdet_predicts(exported_detector,
         # 1e-4 px apart antialias a few pixels differently
         assert (drawn[name] != drawn['torch']).mean() < 0.01
 
-    # tools/test.py evaluates the file on the config's dataset as it
-    # evaluates the checkpoint: the same predictions for every image
+
+def test_mask_rcnn_file_evaluated_by_the_test_tool(exported_detector,
+                                                   tmp_path):
+    """tools/test.py evaluates the file on the config's dataset as it
+    evaluates the checkpoint: the same predictions for every image."""
+    config, checkpoint, _, out, _ = exported_detector
     import pickle
     predictions = {}
     for name, model_file in [('torch', checkpoint), ('onnx', out)]:

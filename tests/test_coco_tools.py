@@ -379,36 +379,64 @@ def test_launcher_that_did_not_start_the_process_fails_cleanly(
     assert not work.exists()
 
 
-@pytest.mark.parametrize('case', ['data_root', 'ann_file', 'arch',
-                                  'drop_path_rate', 'unknown', 'truncated',
-                                  'prefix', 'shapes', 'channels', 'traced',
-                                  'transposed', 'pretrained'])
-def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
-    work = tmp_path / 'work'
-    options = {
-        'data_root': ['train_dataloader.dataset.data_root=/nonexistent/'],
-        'ann_file': ['train_dataloader.dataset.ann_file=annotations/x.json'],
-        'arch': ['model.backbone.arch=huge_12_p16'],
-        'drop_path_rate': ['model.backbone.drop_path_rate=1.5'],
-        'unknown': ['model.backbone.drop_path=0.1'],
-        'channels': ['model.backbone.arch=tiny_12_p16'],  # the neck as was
-        # mmengine's conv-BN fusion of modules it traces with torch.fx
-        'traced': ["efficient_conv_bn_eval=['backbone']"],
-        'transposed': ["efficient_conv_bn_eval=['backbone.fpn1']"],
-        # mmseg's ResNet bases set it; its EncoderDecoder hands it on
-        'pretrained': ['model.pretrained=open-mmlab://resnet50_v1c'],
-    }.get(case, [])
-    extra = ''
+#: a bad input by case: the --cfg-options that make it
+BAD_OPTIONS = {
+    'data_root': ['train_dataloader.dataset.data_root=/nonexistent/'],
+    'ann_file': ['train_dataloader.dataset.ann_file=annotations/x.json'],
+    'arch': ['model.backbone.arch=huge_12_p16'],
+    'drop_path_rate': ['model.backbone.drop_path_rate=1.5'],
+    'unknown': ['model.backbone.drop_path=0.1'],
+    'channels': ['model.backbone.arch=tiny_12_p16'],  # the neck as was
+    # mmengine's conv-BN fusion of modules it traces with torch.fx
+    'traced': ["efficient_conv_bn_eval=['backbone']"],
+    'transposed': ["efficient_conv_bn_eval=['backbone.fpn1']"],
+    # mmseg's ResNet bases set it; its EncoderDecoder hands it on
+    'pretrained': ['model.pretrained=open-mmlab://resnet50_v1c'],
+}
+#: what the one paragraph says of it
+BAD_INPUT_SAID = {
+    'data_root': [r'data root .* does not exist: /nonexistent/'],
+    'ann_file': [r'annotation file .* does not exist: .*annotations/'
+                 r'x\.json'],
+    'arch': [r"Unknown XCiT arch 'huge_12_p16'", r'nano_12_p16'],
+    'drop_path_rate': [r'Bad backbone in the config \(model\.backbone\)'
+                       r': drop_path_rate must be in \[0, 1\]'],
+    'unknown': [r"unexpected keyword argument 'drop_path'"],
+    'truncated': [r'bad\.pth', r'truncated'],
+    'prefix': [r'mean_teacher\.pth cannot initialise the backbone',
+               r"No weights under the prefix 'backbone\.'",
+               r'begin with student\., teacher\.'],
+    'channels': [r'model\.neck\.in_channels is \[128, 128, 128, 128\]'
+                 r', but the backbone \(model\.backbone\) gives 4 maps '
+                 r'of 192 channels'],
+    'traced': [r"efficient_conv_bn_eval names 'backbone', but mmengine "
+               r'traces it with torch\.fx, which cannot \(TraceError',
+               r"efficient_conv_bn_eval=\['backbone\.patch_embed\.proj'"],
+    'transposed': [r'computes nothing for the transposed convolution '
+                   r'backbone\.fpn1\.0 followed by BatchNorm '
+                   r'backbone\.fpn1\.1'],
+    'pretrained': [r"model\.pretrained='open-mmlab://resnet50_v1c' "
+                   r'would initialise the XCiT backbone',
+                   r'--cfg-options model\.pretrained=None'],
+    'shapes': [r'mean_teacher\.pth cannot initialise the backbone',
+               r'patch_embed\.proj\.0\.0\.weight: checkpoint '
+               r'\(24, 3, 3, 3\) vs model \(16, 3, 3, 3\)'],
+}
+
+
+def _bad_checkpoint_config(case, tmp_path) -> str:
+    """The config lines that initialise the backbone from a bad checkpoint:
+    a truncated file; a Mean Teacher detector's file (its backbones under
+    'teacher.' and 'student.'; a tiny_12 one, 192 channels where the
+    config's has 128) with the wrong prefix or with the right one."""
     if case == 'truncated':
         good = tmp_path / 'good.pth'
         torch.save({'state_dict': {'w': torch.zeros(1000)}}, good)
         bad = tmp_path / 'bad.pth'
         bad.write_bytes(good.read_bytes()[:300])
-        extra = (f"model = dict(backbone=dict(init_cfg=dict(_delete_=True, "
-                 f"type='Pretrained', checkpoint='{bad}')))")
-    elif case in ('prefix', 'shapes'):
-        # a Mean Teacher detector's file: its backbones under 'teacher.' and
-        # 'student.'; a tiny_12 one (192 channels, where the config's has 128)
+        return (f"model = dict(backbone=dict(init_cfg=dict(_delete_=True, "
+                f"type='Pretrained', checkpoint='{bad}')))")
+    if case in ('prefix', 'shapes'):
         path = tmp_path / 'mean_teacher.pth'
         with torch.device('meta'):
             weights = XCiT(arch='tiny_12_p16', depth=4,
@@ -418,41 +446,19 @@ def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
             for model in ('teacher', 'student') for k, v in weights.items()}},
             path)
         prefix = 'backbone.' if case == 'prefix' else 'teacher.backbone'
-        extra = (f"model['backbone']['init_cfg'] = dict(_delete_=True, "
-                 f"type='Pretrained', checkpoint='{path}', "
-                 f"prefix='{prefix}')")
-    cfg = _config(tmp_path, tiny_coco, extra=extra)
+        return (f"model['backbone']['init_cfg'] = dict(_delete_=True, "
+                f"type='Pretrained', checkpoint='{path}', "
+                f"prefix='{prefix}')")
+    return ''
+
+
+@pytest.mark.parametrize('case', BAD_INPUT_SAID)
+def test_bad_input_fails_cleanly(case, tiny_coco, tmp_path):
+    work = tmp_path / 'work'
+    cfg = _config(tmp_path, tiny_coco,
+                  extra=_bad_checkpoint_config(case, tmp_path))
     args = ['tools/train.py', cfg, '--work-dir', work]
-    if options:
-        args += ['--cfg-options', *options]
-    proc = run_tool_here(*args)
-    expected = {
-        'data_root': [r'data root .* does not exist: /nonexistent/'],
-        'ann_file': [r'annotation file .* does not exist: .*annotations/'
-                     r'x\.json'],
-        'arch': [r"Unknown XCiT arch 'huge_12_p16'", r'nano_12_p16'],
-        'drop_path_rate': [r'Bad backbone in the config \(model\.backbone\)'
-                           r': drop_path_rate must be in \[0, 1\]'],
-        'unknown': [r"unexpected keyword argument 'drop_path'"],
-        'truncated': [r'bad\.pth', r'truncated'],
-        'prefix': [r'mean_teacher\.pth cannot initialise the backbone',
-                   r"No weights under the prefix 'backbone\.'",
-                   r'begin with student\., teacher\.'],
-        'channels': [r'model\.neck\.in_channels is \[128, 128, 128, 128\]'
-                     r', but the backbone \(model\.backbone\) gives 4 maps '
-                     r'of 192 channels'],
-        'traced': [r"efficient_conv_bn_eval names 'backbone', but mmengine "
-                   r'traces it with torch\.fx, which cannot \(TraceError',
-                   r"efficient_conv_bn_eval=\['backbone\.patch_embed\.proj'"],
-        'transposed': [r'computes nothing for the transposed convolution '
-                       r'backbone\.fpn1\.0 followed by BatchNorm '
-                       r'backbone\.fpn1\.1'],
-        'pretrained': [r"model\.pretrained='open-mmlab://resnet50_v1c' "
-                       r'would initialise the XCiT backbone',
-                       r'--cfg-options model\.pretrained=None'],
-        'shapes': [r'mean_teacher\.pth cannot initialise the backbone',
-                   r'patch_embed\.proj\.0\.0\.weight: checkpoint '
-                   r'\(24, 3, 3, 3\) vs model \(16, 3, 3, 3\)'],
-    }[case]
-    _fails_cleanly(proc, *expected)
+    if case in BAD_OPTIONS:
+        args += ['--cfg-options', *BAD_OPTIONS[case]]
+    _fails_cleanly(run_tool_here(*args), *BAD_INPUT_SAID[case])
     assert not work.exists()  # nothing that looks like a run

@@ -182,6 +182,26 @@ def _python(python, code):
                           capture_output=True, text=True)
 
 
+def _venv_with_a_package_and_torch(path):
+    """A venv at ``path`` over this one's Python, with a package of its own
+    (xcit-marker 1.0) and, through a .pth file, this environment's torch
+    and pip: its Python, its site-packages and torch's."""
+    python = _venv(path)
+    site = _site(python)
+    os.makedirs(os.path.join(site, 'xcit_marker'))
+    open(os.path.join(site, 'xcit_marker', '__init__.py'), 'w').close()
+    meta = os.path.join(site, 'xcit_marker-1.0.dist-info')
+    os.makedirs(meta)
+    with open(os.path.join(meta, 'METADATA'), 'w') as f:
+        f.write('Metadata-Version: 2.1\nName: xcit-marker\nVersion: 1.0\n')
+    open(os.path.join(meta, 'RECORD'), 'w').close()
+    torch_site = os.path.dirname(os.path.dirname(torch.__file__))
+    pip_site = os.path.dirname(os.path.dirname(pip.__file__))
+    with open(os.path.join(site, 'torch_of_a.pth'), 'w') as f:
+        f.write('\n'.join(dict.fromkeys([torch_site, pip_site])) + '\n')
+    return python, site, torch_site
+
+
 def test_venv_over_a_virtual_environments_python_sees_its_packages(tmp_path):
     """The GPU image's Python is a venv's: a venv made over it with
     --system-site-packages sees the base installation, not its PyTorch.
@@ -189,19 +209,7 @@ def test_venv_over_a_virtual_environments_python_sees_its_packages(tmp_path):
     through a .pth file, this environment's torch; B, made by the set-up's
     `cuda_setup.py venv` run by A's Python, sees both, and pip in B counts
     them installed and keeps PyTorch at A's version."""
-    outer = _venv(tmp_path / 'A')
-    site_a = _site(outer)
-    os.makedirs(os.path.join(site_a, 'xcit_marker'))
-    open(os.path.join(site_a, 'xcit_marker', '__init__.py'), 'w').close()
-    meta = os.path.join(site_a, 'xcit_marker-1.0.dist-info')
-    os.makedirs(meta)
-    with open(os.path.join(meta, 'METADATA'), 'w') as f:
-        f.write('Metadata-Version: 2.1\nName: xcit-marker\nVersion: 1.0\n')
-    open(os.path.join(meta, 'RECORD'), 'w').close()
-    torch_site = os.path.dirname(os.path.dirname(torch.__file__))
-    pip_site = os.path.dirname(os.path.dirname(pip.__file__))
-    with open(os.path.join(site_a, 'torch_of_a.pth'), 'w') as f:
-        f.write('\n'.join(dict.fromkeys([torch_site, pip_site])) + '\n')
+    outer, site_a, torch_site = _venv_with_a_package_and_torch(tmp_path / 'A')
     # where torch would be imported from, without the seconds of importing
     imports = ('import importlib.util, xcit_marker; '
                'print(importlib.util.find_spec("torch").origin)')

@@ -37,7 +37,8 @@ SCOPES = {
     # the CUDA tests run the benchmark's harness and probes too
     'cuda-tests': (('xcit_dense', 'configs', 'tools', 'benchmarks/harness',
                     'benchmarks/gpu', 'benchmarks/probes',
-                    'tests/test_cuda.py', 'tests/conftest.py'),
+                    'tests/test_cuda.py', 'tests/conftest.py',
+                    'tests/tool_runs.py'),
                    ('xcit_dense/.mim',)),
 }
 

@@ -69,7 +69,7 @@ def shrunk(model_cfg, **backbone):
 
 def narrowed_detector(model_cfg, width=32):
     """A two-stage detector's FPN, RPN and RoI features ``width`` wide (256
-    in the recipes; conftest's NARROW_MASK_RCNN, each stage of a cascade):
+    in the recipes; NARROW_MASK_RCNN below, each stage of a cascade):
     half a training step's time; what is checked does not depend on it."""
     roi = model_cfg.roi_head
     model_cfg.neck.out_channels = width
@@ -114,3 +114,24 @@ NARROW_HEAD = """feat_channels=64, out_channels=64,
                         self_attn_cfg=dict(embed_dims=64),
                         ffn_cfg=dict(embed_dims=64,
                                      feedforward_channels=128)))))"""
+#: the demo Mask R-CNN's FPN and heads 32 wide, as keyword arguments of a
+#: config's ``model = dict(...)``: a third of the demo's time per iteration
+#: in the tests of the tools and of interruptions (what they check does not
+#: depend on the heads' width).
+NARROW_MASK_RCNN = """neck=dict(out_channels=32),
+             rpn_head=dict(in_channels=32, feat_channels=32),
+             roi_head=dict(
+                 bbox_roi_extractor=dict(out_channels=32),
+                 bbox_head=dict(in_channels=32, fc_out_channels=64),
+                 mask_roi_extractor=dict(out_channels=32),
+                 mask_head=dict(in_channels=32, conv_out_channels=32))"""
+#: the same as a tool's ``--cfg-options``
+NARROW_MASK_RCNN_OPTIONS = [
+    'model.neck.out_channels=32', 'model.rpn_head.in_channels=32',
+    'model.rpn_head.feat_channels=32',
+    'model.roi_head.bbox_roi_extractor.out_channels=32',
+    'model.roi_head.bbox_head.in_channels=32',
+    'model.roi_head.bbox_head.fc_out_channels=64',
+    'model.roi_head.mask_roi_extractor.out_channels=32',
+    'model.roi_head.mask_head.in_channels=32',
+    'model.roi_head.mask_head.conv_out_channels=32']

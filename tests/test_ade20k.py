@@ -10,13 +10,14 @@ import torch
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
-from conftest import REPO, run_tool_here
+from conftest import REPO
 from shrink import (
     narrowed_mask2former,
     runs_forward,
     shrunk,
     trained_in_tests,
 )
+from tool_runs import run_tool_here
 
 CONFIGS = sorted((REPO / 'configs' / 'ade20k').glob('*.py'))
 DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'

@@ -18,8 +18,8 @@ from xcit_dense import ARCH_SETTINGS, XCiT
 from xcit_dense.models.positional_encoding import CachedFourierEncoding
 from xcit_dense.models.presets import OUT_STRIDES
 
-from conftest import run_tool_here
 from models_meta import on_meta
+from tool_runs import run_tool_here
 
 SIZES = [(224, 224), (256, 320), (333, 517)]
 STRIDES = (4, 8, 16, 32)

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from conftest import NARROW_MASK_RCNN_OPTIONS, run_tool_here
+from shrink import NARROW_MASK_RCNN_OPTIONS
+from tool_runs import run_tool_here
 
 
 def _run(tmp_path, *args):

@@ -17,7 +17,8 @@ from xcit_dense.checkpoint import (
     read_checkpoint,
 )
 
-from conftest import REPO, run_tool_here
+from conftest import REPO
+from tool_runs import run_tool_here
 
 OUT_INDICES = [3, 5, 7, 11]
 

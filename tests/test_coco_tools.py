@@ -13,7 +13,9 @@ import torch
 from xcit_dense import XCiT
 from xcit_dense.models import policy
 
-from conftest import NARROW_MASK_RCNN, REPO, run_tool_here  # noqa: I100
+from conftest import REPO
+from shrink import NARROW_MASK_RCNN
+from tool_runs import run_tool_here
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 

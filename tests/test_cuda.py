@@ -18,13 +18,14 @@ from xcit_dense import fast_path
 from xcit_dense.models import policy
 from xcit_dense.models.execution import compile_options
 
-from conftest import REPO, logged, run_tool
+from conftest import REPO, logged
 from interruption_runs import interrupt, launched
 from test_ade20k import _sample as seg_sample
 from test_coco_configs import _sample as det_sample
 from test_fast_path import randomized
 from test_fast_path_policy import X, taken  # noqa: F401  (fixture)
 from test_interruptions import _config as interruption_config
+from tool_runs import run_tool
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason='no CUDA device')

@@ -18,13 +18,8 @@ from xcit_dense.models import policy
 from xcit_dense.models.execution import cuda_graphs, graphed
 from xcit_dense.models.execution.cuda_graphs import inference, keys, recurrence
 
-from conftest import (
-    BROKEN_CAPTURE,
-    STAND_IN_REPLAYS,
-    broken_capture,
-    logged,
-    run_tool_here,
-)
+from conftest import BROKEN_CAPTURE, STAND_IN_REPLAYS, broken_capture, logged
+from tool_runs import run_tool_here
 
 X = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(0))
 

@@ -20,13 +20,8 @@ from xcit_dense.models import policy
 from xcit_dense.models.execution import cuda_graphs
 from xcit_dense.models.execution.cuda_graphs import capture, keys
 
-from conftest import (
-    BROKEN_CAPTURE,
-    STAND_IN_REPLAYS,
-    broken_capture,
-    logged,
-    run_tool_here,
-)
+from conftest import BROKEN_CAPTURE, STAND_IN_REPLAYS, broken_capture, logged
+from tool_runs import run_tool_here
 
 X = torch.randn(2, 3, 64, 96, generator=torch.Generator().manual_seed(0))
 

@@ -20,8 +20,9 @@ from xcit_dense.models.pyramid import TransposedConvUpsampler
 from xcit_dense.models.stem import ConvPatchEmbed
 from xcit_dense.models.xca import XCA
 
-from conftest import REPO, run_tool_here
+from conftest import REPO
 from test_fast_path import randomized
+from tool_runs import run_tool_here
 
 #: each part and the method only its fast path calls (the block's: its
 #: attention branch's residual_forward)

@@ -21,8 +21,9 @@ from xcit_dense.deploy import (
 from xcit_dense.deploy.detection_check import compare_detections
 from xcit_dense.errors import UserError
 
-from conftest import REPO, run_tool_here
+from conftest import REPO
 from test_export_onnx import TINY, build
+from tool_runs import run_tool_here
 
 MASK_RCNN = f"""
 _base_ = r'{REPO}/configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py'

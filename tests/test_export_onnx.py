@@ -25,7 +25,8 @@ from xcit_dense.deploy.onnx_export import (
     verification_sizes,
 )
 
-from conftest import REPO, load_tool, run_tool_here
+from conftest import REPO
+from tool_runs import load_tool, run_tool_here
 
 TINY = dict(arch=None, patch_size=16, embed_dim=32, depth=4, num_heads=4,
             eta=1.0, out_indices=[0, 1, 2, 3])

@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from conftest import REPO, load_tool, run_tool_here
+from conftest import REPO
+from tool_runs import load_tool, run_tool_here
 
 COCO_DEMO = REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py'
 ADE20K = REPO / 'configs/ade20k'

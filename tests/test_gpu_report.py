@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, run_tool_here
+from conftest import REPO
+from tool_runs import run_tool_here
 
 STEPS = {
     'tests': ('timeout -k 30 -s INT 480 python -m pytest',

@@ -14,7 +14,7 @@ import torch
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 
-from conftest import REPO, run_tool_here
+from conftest import REPO
 from shrink import (
     NARROW_HEAD,
     narrowed_detector,
@@ -23,6 +23,7 @@ from shrink import (
 )
 from test_ade20k import _sample as seg_sample
 from test_coco_configs import _sample as det_sample
+from tool_runs import run_tool_here
 
 #: config, optimizer steps, the least metric of the predictions afterwards
 #: (:func:`metric`; measured 0.13, 1.0 and 0.89; untrained, all 0), the

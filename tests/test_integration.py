@@ -265,7 +265,8 @@ def test_optimizer_step_tool_compares_both_groupings():
     models the same after their steps."""
     import re
 
-    from conftest import REPO, run_tool_here
+    from conftest import REPO
+    from tool_runs import run_tool_here
     proc = run_tool_here(
         'benchmarks/probes/optimizer_step.py',
         REPO / 'configs/coco/demo_mask_rcnn_xcit_nano_synthetic.py',
@@ -297,7 +298,9 @@ def test_collections_tool_times_a_trainings_iterations(freeze, tiny_coco,
     ``--no-freeze``, not."""
     import re
 
-    from conftest import NARROW_MASK_RCNN_OPTIONS, REPO, run_tool_here
+    from conftest import REPO
+    from shrink import NARROW_MASK_RCNN_OPTIONS
+    from tool_runs import run_tool_here
     root = f'{tiny_coco}/'
     args = ['--iters', '2', '--skip', '1', '--work-dir', collections_work_dir,
             '--cfg-options',
@@ -321,7 +324,8 @@ def test_collections_tool_times_a_trainings_iterations(freeze, tiny_coco,
 
 
 def test_collections_tool_refuses_an_epoch_based_config():
-    from conftest import REPO, run_tool_here
+    from conftest import REPO
+    from tool_runs import run_tool_here
     proc = run_tool_here(
         'benchmarks/probes/gc_collections.py',
         REPO / 'configs/coco/mask_rcnn_xcit_s12_p16_3x_coco.py')

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import NARROW_MASK_RCNN, REPO, run_tool, run_tool_here
+from conftest import REPO
 from interruption_runs import (
     ForkServer,
     assert_same_state,
@@ -21,6 +21,8 @@ from interruption_runs import (
     launched,
     ranks,
 )
+from shrink import NARROW_MASK_RCNN
+from tool_runs import run_tool, run_tool_here
 
 DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 

@@ -28,8 +28,8 @@ from xcit_dense.models.ops import (
     xca_kernels,
 )
 
-from conftest import run_tool_here
 from test_fast_path import assert_outputs_close, narrow, randomized, reference
+from tool_runs import run_tool_here
 
 pytestmark = pytest.mark.skipif(
     not (xca_kernels.available() and lpi_kernels.available())

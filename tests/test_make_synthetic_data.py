@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import run_tool_here
+from tool_runs import run_tool_here
 
 TOOL = 'tools/make_synthetic_data.py'
 

@@ -21,8 +21,9 @@ from xcit_dense import (
 )
 from xcit_dense.precision import cpu_has_native_bf16 as probe_of_the_cpu
 
-from conftest import logged, run_tool_here
+from conftest import logged
 from test_export_detector import detector_checkpoint
+from tool_runs import run_tool_here
 
 pytestmark = pytest.mark.usefixtures('fast_paths_at_any_size')
 

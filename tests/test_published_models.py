@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import NARROW_MASK_RCNN, REPO, run_tool_here
+from conftest import REPO
+from shrink import NARROW_MASK_RCNN
+from tool_runs import run_tool_here
 
 COCO_DEMO = REPO / 'configs' / 'coco' / 'demo_mask_rcnn_xcit_nano_synthetic.py'
 ADE_DEMO = REPO / 'configs' / 'ade20k' / 'demo_upernet_xcit_nano_synthetic.py'

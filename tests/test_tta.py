@@ -12,9 +12,10 @@ from mmengine.structures import InstanceData
 
 from xcit_dense.tta import InstanceSegTTAModel
 
-from conftest import REPO, run_tool_here
+from conftest import REPO
 from shrink import NARROW_HEAD
 from test_export_detector import MASK_RCNN, TINY
+from tool_runs import run_tool_here
 
 H, W = 20, 30
 

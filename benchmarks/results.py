@@ -87,10 +87,11 @@ def rows(docs: dict) -> list:
             for run in doc['runs'] for row in run['rows']]
 
 
-def newest(runs) -> dict:
+def newest(runs, date=lambda run: run['date']):
     """The newest of ``runs`` (in their results file's order): the latest
-    date, and of runs of the same date the one appended last."""
-    return max(reversed(list(runs)), key=lambda run: run['date'])
+    ``date``, and of runs of the same date the one appended last (rows,
+    with ``date=lambda row: row.run['date']``: the last row of it)."""
+    return max(reversed(list(runs)), key=date)
 
 
 @functools.lru_cache(maxsize=None)

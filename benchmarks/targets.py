@@ -20,6 +20,8 @@ each one condition:
 """
 from fnmatch import fnmatch
 
+from .results import newest
+
 MET, NOT_MET = 'met', 'not met'
 PARTLY, UNMEASURED = 'met where measured', 'not measured'
 FIELDS = ('id', 'table', 'what', 'machines', 'row', 'aim')
@@ -64,17 +66,13 @@ def newest_row(target: dict, rows: list, machine: str):
     ``also``), else the newest of all. A run that timed the row for
     another table (the sizes, say) does not stand in for the one that
     compared it with the published code."""
-    found = complete = None
-    for row in rows:
-        if row.machine == machine and all(
-                row.get(k) == v for k, v in target['row'].items()):
-            if found is None or row.run['date'] >= found.run['date']:
-                found = row
-            if all(ratio_to(row, variant) for variant in baselines(target)
-                   ) and (complete is None or
-                          row.run['date'] >= complete.run['date']):
-                complete = row
-    return complete or found
+    matching = [row for row in rows if row.machine == machine and all(
+        row.get(k) == v for k, v in target['row'].items())]
+    complete = [row for row in matching if all(
+        ratio_to(row, variant) for variant in baselines(target))]
+    chosen = complete or matching
+    return newest(chosen, date=lambda row: row.run['date']) if chosen \
+        else None
 
 
 def baselines(target: dict) -> list:

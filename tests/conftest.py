@@ -104,8 +104,6 @@ BROKEN_CAPTURE = re.compile(
     r'_forward_that_synchronises\)')
 
 
-
-
 #: the test files that take longest, longest first (the time of each
 #: file's tests on a 2-core AMD EPYC, the suite on two workers;
 #: test_compile_kernels.py's with Triton's cache empty). They run first:
